@@ -1,0 +1,74 @@
+"""The ``tether`` command line: ``demo`` runs an agent offline, ``lint`` checks tools."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tether.events import Event, ModelRequest, RunFinished, ToolCallFinished, ToolCallStarted
+from tether.tools import Tool, lint
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console()
+
+
+def _print_event(event: Event) -> None:
+    if isinstance(event, ModelRequest):
+        console.print(f"[dim]turn {event.turn}: request with {event.messages} message(s)[/]")
+    elif isinstance(event, ToolCallStarted):
+        console.print(f"  call [bold]{event.call.name}[/]({event.call.arguments_json()})")
+    elif isinstance(event, ToolCallFinished):
+        style = "red" if event.result.is_error else "green"
+        console.print(f"  [{style}]result[/] {event.result.content[:200]}")
+    elif isinstance(event, RunFinished):
+        console.print(f"[bold]outcome:[/] {event.outcome.kind} ({event.outcome.reason})")
+
+
+@app.command()
+def demo(
+    prompt: Annotated[str, typer.Argument(help="The customer's question.")] = (
+        "Ou en est ma commande C-1042 ?"
+    ),
+) -> None:
+    """Run the support demo offline (scripted model, no API key)."""
+    from tether.demo import demo_agent
+
+    agent = demo_agent()
+    agent.listeners.append(_print_event)
+    result = asyncio.run(agent.run(prompt))
+    if result.outcome.completed:
+        console.print(f"\n[bold green]answer:[/] {result.output}")
+    else:
+        raise typer.Exit(1)
+
+
+@app.command("lint")
+def lint_command(
+    target: Annotated[str, typer.Argument(help="module:attribute naming a tool or a list.")],
+) -> None:
+    """Flag tools with a thin description or undocumented parameters."""
+    module_name, _, attr = target.partition(":")
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        console.print(f"[red]cannot load {target}: {exc}[/]")
+        raise typer.Exit(2) from exc
+    tools = [value] if isinstance(value, Tool) else list(value)
+    findings = lint(tools)
+    for f in findings:
+        console.print(str(f), markup=False)
+    errors = [f for f in findings if f.severity == "error"]
+    console.print(
+        f"{len(tools)} tool(s), {len(errors)} error(s), {len(findings) - len(errors)} hint(s)"
+    )
+    if errors:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point of the ``tether`` script."""
+    app()

@@ -1,0 +1,145 @@
+"""The one seam to a model: :class:`ChatClient`, with two methods, ``complete`` and ``stream``.
+
+Providers, test doubles and wrappers all implement this seam and nothing else. A concern
+that keeps the contract (logging, tracing, context reduction, constrained decoding) is a
+:class:`DelegatingChatClient` overriding one method. Wrappers compose with
+:class:`ClientPipeline`, written outermost first::
+
+    client = ClientPipeline(provider).use(Tracing).use(ClearOldResults, keep=3).build()
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from tether.messages import Message, StopReason, Usage
+from tether.tools import ToolSpec
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """Per-request settings. ``extra`` carries provider-specific settings untouched."""
+
+    instructions: str | None = None
+    """System instructions; sent apart from the history."""
+    max_output_tokens: int | None = None
+    """Ceiling on the reply's tokens; hitting it truncates the reply."""
+    temperature: float | None = None
+    """Sampling temperature; ``None`` leaves the provider's default."""
+    model: str | None = None
+    """Overrides the client's model for this request."""
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Provider-specific settings, passed through."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    """A provider's reply: new assistant message(s), why it stopped, what it cost."""
+
+    messages: tuple[Message, ...]
+    stop_reason: StopReason
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    raw: Any = None
+
+    @property
+    def message(self) -> Message:
+        """The reply as one assistant message (parts of all messages, in order)."""
+        if len(self.messages) == 1:
+            return self.messages[0]
+        parts = tuple(p for m in self.messages for p in m.parts)
+        return Message("assistant", parts)
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of streamed text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseDone:
+    """The end of a stream: the full response."""
+
+    response: ChatResponse
+
+
+StreamChunk: TypeAlias = TextDelta | ResponseDone
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """Anything that answers a history with a response."""
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> ChatResponse:
+        """Send one request and return the whole response."""
+        ...
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> AsyncIterator[StreamChunk]:
+        """Send one request; yield text deltas, then exactly one :class:`ResponseDone`."""
+        ...
+
+
+class BaseChatClient:
+    """Base for clients that implement ``complete``; ``stream`` yields the whole text
+    as one delta, then the response."""
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> ChatResponse:
+        raise NotImplementedError
+
+    async def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> AsyncIterator[StreamChunk]:
+        response = await self.complete(messages, tools, options)
+        text = response.message.text
+        if text:
+            yield TextDelta(text)
+        yield ResponseDone(response)
+
+
+class DelegatingChatClient:
+    """Forwards both methods to ``inner``; subclasses override the one they change."""
+
+    def __init__(self, inner: ChatClient) -> None:
+        self.inner = inner
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> ChatResponse:
+        return await self.inner.complete(messages, tools, options)
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> AsyncIterator[StreamChunk]:
+        return self.inner.stream(messages, tools, options)
+
+
+class ClientPipeline:
+    """Builds a stack of wrappers around a client, outermost first (``.use`` order)."""
+
+    def __init__(self, inner: ChatClient) -> None:
+        self._inner = inner
+        self._layers: list[Callable[[ChatClient], ChatClient]] = []
+
+    def use(self, wrapper: Callable[..., ChatClient], /, **kwargs: Any) -> ClientPipeline:
+        """Add a wrapper: ``wrapper(inner, **kwargs)`` must return a client."""
+        self._layers.append(lambda inner: wrapper(inner, **kwargs))
+        return self
+
+    def build(self) -> ChatClient:
+        """The composed client: the first ``use`` sees requests first."""
+        client = self._inner
+        for layer in reversed(self._layers):
+            client = layer(client)
+        return client

@@ -1,0 +1,1 @@
+"""Model clients: real providers and the test doubles shipped with tether."""

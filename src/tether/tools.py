@@ -1,0 +1,372 @@
+"""Tools: a name, a description and a JSON schema, plus the code that runs the call.
+
+``@tool`` turns a sync or async function into a :class:`FunctionTool`: the schema comes
+from the signature (pydantic), the description from the docstring, each parameter's
+description from ``Annotated[T, "..."]``, ``Annotated[T, Field(...)]`` or the docstring's
+parameter section. Arguments are validated before the function runs; a failed validation
+becomes :class:`~tether.errors.InvalidArguments` naming each bad field.
+
+A parameter annotated ``RunContext[Deps]`` is injected (dependencies, run id, the call and
+its stable id) and never appears in the schema.
+
+pydantic is imported on first use, so ``import tether`` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import typing
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from tether.errors import InvalidArguments, ToolDefinitionError
+from tether.messages import ToolCall, Usage
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+DepsT = TypeVar("DepsT")
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model sees of a tool: three texts (and the strict flag)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    strict: bool = False
+
+
+@dataclass(slots=True)
+class RunContext(Generic[DepsT]):
+    """What a tool may know about the run that calls it.
+
+    ``call.id`` is stable for the life of the run (also across a resume): use it as the
+    idempotency key of an irreversible action.
+    """
+
+    deps: DepsT
+    run_id: str = ""
+    call: ToolCall | None = None
+    turn: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+class Tool:
+    """Base class of tools: a :class:`ToolSpec` and an async ``invoke``.
+
+    ``invoke`` returns the text for the model. It raises
+    :class:`~tether.errors.ToolFailure` (shown to the model as is) or any other exception
+    (shown as a generic error unless detailed errors are enabled).
+    """
+
+    spec: ToolSpec
+    requires_approval: bool = False
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.spec.name
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        """Validate ``arguments``, run the tool and return its result as text."""
+        raise NotImplementedError
+
+    def approval_context(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
+        """What a human approver needs beyond the call itself (JSON-ready); none by default."""
+        return None
+
+
+class DelegatingTool(Tool):
+    """A tool that wraps another and forwards everything; override one method."""
+
+    def __init__(self, inner: Tool) -> None:
+        self.inner = inner
+        self.spec = inner.spec
+        self.requires_approval = inner.requires_approval
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        return await self.inner.invoke(arguments, ctx)
+
+    def approval_context(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
+        return self.inner.approval_context(arguments, ctx)
+
+
+def to_text(value: Any) -> str:
+    """Serialise a tool's return value for the model: strings as they are, anything else
+    (pydantic models, dataclasses, dicts, lists, numbers, None) as compact JSON."""
+    if isinstance(value, str):
+        return value
+    from pydantic_core import to_json
+
+    return to_json(value).decode()
+
+
+class FunctionTool(Tool):
+    """A tool made from a Python function by :func:`tool`."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        strict: bool = False,
+        requires_approval: bool = False,
+        thread: bool = True,
+    ) -> None:
+        self.func = func
+        self.requires_approval = requires_approval
+        self._is_async = inspect.iscoroutinefunction(func)
+        self._thread = thread
+        tool_name = name or func.__name__
+        if not NAME_RE.match(tool_name):
+            raise ToolDefinitionError(
+                f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'"
+            )
+        model, ctx_param, docs = _arguments_model(func, tool_name)
+        self._model = model
+        self._ctx_param = ctx_param
+        text = description if description is not None else docs
+        if not text:
+            raise ToolDefinitionError(
+                f"tool {tool_name!r} has no description: add a docstring or description="
+            )
+        schema = _clean_schema(model.model_json_schema())
+        if strict:
+            schema = strict_schema(schema)
+        self.spec = ToolSpec(tool_name, text, schema, strict)
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        from pydantic import ValidationError
+
+        try:
+            parsed = self._model.model_validate(arguments)
+        except ValidationError as exc:
+            raise InvalidArguments(self.spec.name, _describe_errors(exc)) from None
+        kwargs = dict(parsed)
+        if self._ctx_param:
+            kwargs[self._ctx_param] = ctx
+        if self._is_async:
+            value = await self.func(**kwargs)
+        elif self._thread:
+            value = await asyncio.to_thread(self.func, **kwargs)
+        else:
+            value = self.func(**kwargs)
+        return to_text(value)
+
+    async def __call__(self, **kwargs: Any) -> Any:
+        """Call the underlying function directly (tests, scripts)."""
+        value = self.func(**kwargs)
+        return await value if inspect.isawaitable(value) else value
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    strict: bool = False,
+    requires_approval: bool = False,
+    thread: bool = True,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    strict: bool = False,
+    requires_approval: bool = False,
+    thread: bool = True,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a function into a tool. Use bare (``@tool``) or with options.
+
+    ``thread=True`` (default) runs a sync function in a worker thread so it cannot block
+    the event loop; ``strict=True`` asks providers to constrain generation to the schema.
+    """
+
+    def make(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            strict=strict,
+            requires_approval=requires_approval,
+            thread=thread,
+        )
+
+    return make(func) if func is not None else make
+
+
+# --- schema from a signature ------------------------------------------------------------
+
+
+def _is_context(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation) or annotation
+    return origin is RunContext
+
+
+def _arguments_model(
+    func: Callable[..., Any], tool_name: str
+) -> tuple[type[BaseModel], str | None, str]:
+    from docstring_parser import parse as parse_docstring
+    from pydantic import ConfigDict, Field, create_model
+    from pydantic.fields import FieldInfo
+
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception as exc:
+        raise ToolDefinitionError(f"cannot read the type hints of {tool_name}: {exc}") from exc
+    doc = parse_docstring(inspect.getdoc(func) or "")
+    param_docs = {p.arg_name: p.description or "" for p in doc.params}
+    description = "\n\n".join(s for s in (doc.short_description, doc.long_description) if s).strip()
+    fields: dict[str, Any] = {}
+    ctx_param: str | None = None
+    for pname, param in inspect.signature(func).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(f"tool {tool_name}: *args and **kwargs are not supported")
+        annotation = hints.get(pname, Any)
+        if _is_context(annotation):
+            ctx_param = pname
+            continue
+        text = param_docs.get(pname)
+        if typing.get_origin(annotation) is typing.Annotated:
+            base, *extras = typing.get_args(annotation)
+            infos = [e for e in extras if isinstance(e, FieldInfo)]
+            texts = [e for e in extras if isinstance(e, str)]
+            if texts:
+                text = " ".join(texts)
+            annotation = typing.Annotated[(base, *infos)] if infos else base
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (annotation, Field(default, description=text) if text else default)
+    model = create_model(
+        f"{tool_name}_arguments",
+        __config__=ConfigDict(extra="forbid"),
+        **fields,
+    )
+    return model, ctx_param, description
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's generated titles; keep everything that carries meaning."""
+
+    def walk(node: Any, in_properties: bool = False) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: walk(v, k == "properties")
+                for k, v in node.items()
+                if not (k == "title" and not in_properties and isinstance(v, str))
+            }
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    cleaned: dict[str, Any] = walk(schema)
+    cleaned.setdefault("properties", {})
+    return cleaned
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The strict-mode form of a schema: every object closed, every property required."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v) for k, v in node.items()}
+            if out.get("type") == "object":
+                out["additionalProperties"] = False
+                out["required"] = list(out.get("properties", {}))
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    result: dict[str, Any] = walk(dict(schema))
+    return result
+
+
+def _describe_errors(exc: Any) -> list[str]:
+    lines = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        lines.append(f"{where}: {err['msg']}")
+    return lines
+
+
+# --- lint ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LintFinding:
+    """One weakness in a tool's definition."""
+
+    tool: str
+    severity: str  # "error" | "hint"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.severity}: {self.message}"
+
+
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+
+
+def count_sentences(text: str) -> int:
+    """Sentences in ``text``, counted by their closing punctuation."""
+    count = len(_SENTENCE_END.findall(text.strip()))
+    if text.strip() and not _SENTENCE_END.search(text.strip()[-1:] + " "):
+        count += 1  # a last sentence without its full stop
+    return count
+
+
+def lint(tools: Sequence[Tool]) -> list[LintFinding]:
+    """Flag what makes a model call a tool badly: a description under three sentences
+    (say when to use it, what it does not do), an undocumented parameter, a free-form
+    string without ``pattern``/``enum`` (which constrained decoding and validation use)."""
+    findings: list[LintFinding] = []
+    for t in tools:
+        spec = t.spec
+        n = count_sentences(spec.description)
+        if n < 3:
+            findings.append(
+                LintFinding(
+                    spec.name,
+                    "error",
+                    f"description has {n} sentence(s); write at least 3: what it does, "
+                    "when to use it, what it does not do",
+                )
+            )
+        for pname, prop in spec.parameters.get("properties", {}).items():
+            if not prop.get("description"):
+                findings.append(
+                    LintFinding(spec.name, "error", f"parameter {pname!r} is undocumented")
+                )
+            if prop.get("type") == "string" and not (
+                {"pattern", "enum", "format", "const"} & prop.keys()
+            ):
+                findings.append(
+                    LintFinding(
+                        spec.name,
+                        "hint",
+                        f"parameter {pname!r} is a free string: add a pattern or enum "
+                        "so it can be validated and constrained",
+                    )
+                )
+    return findings
+
+
+ToolFunc = Callable[..., Any] | Callable[..., Awaitable[Any]]
