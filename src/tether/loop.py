@@ -139,6 +139,13 @@ class Agent(Generic[DepsT]):
         run.call_ids.update(c.id for m in run.history for c in m.tool_calls)
         return await self._drive(run, chosen, state.ready_results)
 
+    def as_tool(self, name: str, description: str) -> Tool:
+        """This agent as a tool of another: a fresh history per call, its own limits and
+        tools; it returns only its conclusion, and its usage rolls up into the caller's."""
+        from tether.context.subagent import SubAgentTool
+
+        return SubAgentTool(self, name, description)
+
     def run_sync(self, prompt: str | Sequence[Message], **kwargs: Any) -> RunResult:
         """:meth:`run` for code that has no event loop."""
         return asyncio.run(self.run(prompt, **kwargs))
@@ -291,8 +298,11 @@ class Agent(Generic[DepsT]):
         todo = [c for c in calls if c.id not in done]
         deps, run_id, turn, usage = run.deps, run.run_id, run.turns, run.usage
 
+        def add_usage(extra: Usage) -> None:
+            run.usage = run.usage + extra
+
         def make_ctx(call: ToolCall) -> RunContext[Any]:
-            return RunContext(deps, run_id, call, turn, usage)
+            return RunContext(deps, run_id, call, turn, usage, add_usage)
 
         outcome = await invoker.run_turn(todo, make_ctx, run.turns, decisions)
         for call, result in zip(todo, outcome.results, strict=True):

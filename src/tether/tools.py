@@ -55,6 +55,13 @@ class RunContext(Generic[DepsT]):
     call: ToolCall | None = None
     turn: int = 0
     usage: Usage = field(default_factory=Usage)
+    usage_sink: Callable[[Usage], None] | None = None
+
+    def report_usage(self, usage: Usage) -> None:
+        """Add tokens spent inside the tool (a sub-agent, a summariser) to the run's usage,
+        so that the run's budget and result account for them."""
+        if self.usage_sink is not None:
+            self.usage_sink(usage)
 
 
 class Tool:
