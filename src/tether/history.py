@@ -91,9 +91,11 @@ class HistoryChecker:
         if i == 0 and message.role != "user":
             bad(Violation(0, "first message", f"must be a user message, not {message.role}"))
         if self._pending is not None:
-            self._read_results(i, message, self._pending)
-            self._pending = None
-            return
+            pending, self._pending = self._pending, None
+            if message.role == "tool":
+                self._read_results(i, message, pending)
+                return
+            bad(Violation(i, "orphan call", f"calls {pending} are not answered next"))
         if message.role == "tool":
             bad(Violation(i, "orphan result", "a tool message must follow calls"))
             return
@@ -126,11 +128,6 @@ class HistoryChecker:
 
     def _read_results(self, i: int, message: Message, pending: list[str]) -> None:
         bad = self._violations.append
-        if message.role != "tool":
-            bad(Violation(i, "orphan call", f"calls {pending} are not answered next"))
-            if message.role == "assistant":
-                self._read_assistant(i, message)
-            return
         got: list[str] = []
         for part in message.parts:
             if not isinstance(part, ToolResult):

@@ -105,7 +105,12 @@ class Invoker:
         except Exception as exc:  # the approver must still see the call
             context = {"error": f"approval context unavailable: {type(exc).__name__}"}
         return PendingApproval(
-            call.id, call.name, dict(call.arguments), arguments_hash(call.arguments), context
+            call.id,
+            call.name,
+            dict(call.arguments),
+            arguments_hash(call.arguments),
+            context,
+            ctx.run_id,
         )
 
     async def _bounded(

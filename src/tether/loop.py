@@ -109,8 +109,8 @@ class Agent(Generic[DepsT]):
     ) -> RunResult:
         """Continue a run that was awaiting approval, applying the human's decisions.
 
-        A decision must name a pending call and carry the hash of its exact arguments;
-        anything else raises :class:`~tether.errors.StateError` and runs nothing.
+        A decision must come from this run, name a pending call and carry the hash of its
+        exact arguments; anything else raises :class:`~tether.errors.StateError` and runs nothing.
         """
         if isinstance(state, str):
             state = RunState.from_json(state)
@@ -122,6 +122,11 @@ class Agent(Generic[DepsT]):
             p = by_call.get(d.call_id)
             if p is None:
                 raise StateError(f"no call {d.call_id!r} is awaiting approval in this run")
+            if d.run_id != state.run_id:
+                raise StateError(
+                    f"the decision for call {d.call_id!r} was made in another run; "
+                    "decide again from this run's pending approvals"
+                )
             if p.arguments_hash != d.arguments_hash:
                 raise StateError(
                     f"the decision for call {d.call_id!r} was made for other arguments"

@@ -71,24 +71,26 @@ class PendingApproval:
     arguments: Mapping[str, Any]
     arguments_hash: str
     context: Any = None
+    run_id: str = ""
 
     def approve(self) -> Decision:
-        """A decision approving exactly this call with exactly these arguments."""
-        return Decision(self.call_id, self.arguments_hash, True)
+        """A decision approving exactly this call, with these arguments, in this run."""
+        return Decision(self.call_id, self.arguments_hash, True, run_id=self.run_id)
 
     def deny(self, reason: str = "") -> Decision:
         """A decision refusing this call."""
-        return Decision(self.call_id, self.arguments_hash, False, reason)
+        return Decision(self.call_id, self.arguments_hash, False, reason, self.run_id)
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A human's answer, bound to one call id and one arguments hash."""
+    """A human's answer, bound to one run, one call id and one arguments hash."""
 
     call_id: str
     arguments_hash: str
     approved: bool
     reason: str = ""
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,7 @@ class RunState:
                         "arguments": dict(p.arguments),
                         "arguments_hash": p.arguments_hash,
                         "context": p.context,
+                        "run_id": p.run_id,
                     }
                     for p in self.pending
                 ],
@@ -148,7 +151,10 @@ class RunState:
                 turns=int(data.get("turns", 0)),
                 consecutive_errors=int(data.get("consecutive_errors", 0)),
                 elapsed_seconds=float(data.get("elapsed_seconds", 0.0)),
-                pending=tuple(PendingApproval(**p) for p in data.get("pending", [])),
+                pending=tuple(
+                    PendingApproval(**{"run_id": str(data["run_id"]), **p})
+                    for p in data.get("pending", [])
+                ),
                 ready_results=tuple(r for r in ready if isinstance(r, ToolResult)),
             )
         except (ValueError, KeyError, TypeError) as exc:

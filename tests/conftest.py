@@ -1,0 +1,45 @@
+"""Shared fixtures: small tools used across the loop tests."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import pytest
+from pydantic import Field
+
+from tether.errors import ToolFailure
+from tether.tools import FunctionTool, tool
+
+ORDERS = {"C-1042": ("expediee", 89.90), "C-2210": ("livree", 35.0)}
+
+
+@tool(name="lire_commande", thread=False)
+def read_order(
+    numero: Annotated[str, Field(pattern=r"^C-\d{4}$", description="Order number, like C-1234.")],
+) -> dict[str, object]:
+    """Read an order's shipping status and amount paid. Use it when the customer asks
+    about an order. It changes nothing."""
+    if numero not in ORDERS:
+        raise ToolFailure(f"No order {numero}.")
+    status, amount = ORDERS[numero]
+    return {"numero": numero, "statut": status, "montant": amount}
+
+
+@tool(thread=False)
+def explode(reason: Annotated[str, "Why it should fail."]) -> str:
+    """Always fails with an exception whose text is secret. Used to test error results.
+    Never succeeds."""
+    raise RuntimeError(f"secret path /srv/db.sqlite: {reason}")
+
+
+@tool
+async def slow(seconds: Annotated[float, "How long to sleep."]) -> str:
+    """Sleeps, then answers. Used to test timeouts and cancellation. Does nothing else."""
+    await asyncio.sleep(seconds)
+    return "woke up"
+
+
+@pytest.fixture
+def tools() -> list[FunctionTool]:
+    return [read_order, explode, slow]
