@@ -38,6 +38,7 @@ from tether.tools import DelegatingTool, RunContext, Tool, tool
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = str(ROOT / "tests" / "mcp_server_fixture.py")
 ENV = {"PYTHONPATH": str(ROOT / "src")}
+HEADERS_SEEN: list[str] = []
 
 
 def stdio_tools(**kwargs: Any) -> Any:
@@ -149,8 +150,14 @@ async def test_a_wrapper_can_require_approval_of_an_mcp_tool() -> None:
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     app = http_app(serve_tools(fixture_tools(), name="fixture-http"))
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            HEADERS_SEEN.append(dict(scope["headers"]).get(b"x-test", b"").decode())
+        await app(scope, receive, send)
+
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        uvicorn.Config(recording, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -196,9 +203,12 @@ async def test_http_tools_through_an_agent(http_url: str) -> None:
 
 
 async def test_http_headers_are_sent(http_url: str) -> None:
-    async with mcp_tools_http(http_url, headers={"X-Test": "1"}, include={"add"}) as tools:
+    HEADERS_SEEN.clear()
+    async with mcp_tools_http(http_url, headers={"X-Test": "token-1"}, include={"add"}) as tools:
         (add,) = tools
         assert await add.invoke({"a": 1, "b": 2}, RunContext(None)) == "3"
+    assert HEADERS_SEEN
+    assert set(HEADERS_SEEN) == {"token-1"}
 
 
 async def test_unreachable_server_is_one_clear_error() -> None:

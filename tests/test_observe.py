@@ -370,3 +370,23 @@ def test_loop_does_not_import_opentelemetry() -> None:
 
     source = Path(tether.loop.__file__).read_text(encoding="utf-8")
     assert "opentelemetry" not in source
+
+
+async def test_timed_out_tool_span_is_marked_cancelled(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    @tool
+    async def stuck() -> str:
+        """Never answers in time. Use it in tests. It does nothing."""
+        await asyncio.sleep(10)
+        return "late"
+
+    client = ModelClient([call_reply(("stuck", {})), text_reply("gave up")])
+    agent = instrument(
+        Agent(client, [stuck], limits=Limits(tool_timeout_seconds=0.05)), tracer_provider=provider
+    )
+    result = await agent.run("go")
+    assert "did not finish" in result.transcript[2].parts[0].content  # type: ignore[union-attr]
+    (span,) = by_name(exporter.get_finished_spans(), "execute_tool")
+    assert dict(span.attributes or {})["error.type"] == "cancelled"
+    assert span.status.status_code == StatusCode.ERROR

@@ -23,6 +23,7 @@ Only ``opentelemetry-api`` is needed; without an SDK configured the spans are no
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -404,6 +405,8 @@ def error_type(exc: BaseException) -> str:
     """A low-cardinality name for an error: a provider error's kind, else the class."""
     if isinstance(exc, ProviderError):
         return exc.kind
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"  # also what a timeout looks like from inside the call
     cls = type(exc)
     if cls.__module__ == "builtins":
         return cls.__qualname__
