@@ -44,13 +44,15 @@ class HistoryChecker:
     replaced or removed), it starts again from the beginning.
     """
 
-    __slots__ = ("_pending", "_seen", "_seen_ids", "_violations")
+    __slots__ = ("_first", "_last", "_n", "_pending", "_seen_ids", "_violations")
 
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
-        self._seen: list[Message] = []
+        self._n = 0
+        self._first: Message | None = None
+        self._last: Message | None = None
         self._seen_ids: set[str] = set()
         self._pending: list[str] | None = None
         self._violations: list[Violation] = []
@@ -59,31 +61,28 @@ class HistoryChecker:
         """Return the violations of ``history``.
 
         ``final=True`` (before a request) also flags calls still waiting for results.
+        The history is taken as an extension of the last one checked when it is at least
+        as long and starts and continues with the same message objects; otherwise it is
+        read again from the start.
         """
-        seen = self._seen
-        n = len(seen)
-        if (
-            len(history) < n
-            or (n and history[n - 1] is not seen[n - 1])
-            or (n and history[0] is not seen[0])
-        ):
+        n = self._n
+        size = len(history)
+        if n and (size < n or history[n - 1] is not self._last or history[0] is not self._first):
             self._reset()
-            seen = self._seen
             n = 0
-        if n == 0 and not history:
+        if size == 0:
             return [Violation(0, "empty", "a request needs at least one message")]
-        for i in range(n, len(history)):
-            self._read(i, history[i])
-        seen.extend(history[n:])
+        read = self._read
+        for i in range(n, size):
+            read(i, history[i])
+        self._n = size
+        self._first = history[0]
+        self._last = history[-1]
+        if not self._violations and not (final and self._pending):
+            return []
         out = list(self._violations)
         if final and self._pending:
-            out.append(
-                Violation(
-                    len(history),
-                    "orphan call",
-                    f"calls {self._pending} have no results",
-                )
-            )
+            out.append(Violation(size, "orphan call", f"calls {self._pending} have no results"))
         return out
 
     def _read(self, i: int, message: Message) -> None:
@@ -127,6 +126,13 @@ class HistoryChecker:
             self._pending = ids
 
     def _read_results(self, i: int, message: Message, pending: list[str]) -> None:
+        parts = message.parts
+        if len(parts) == len(pending):  # the common case: one result per call, in order
+            for part, call_id in zip(parts, pending, strict=True):
+                if type(part) is not ToolResult or part.call_id != call_id:
+                    break
+            else:
+                return
         bad = self._violations.append
         got: list[str] = []
         for part in message.parts:

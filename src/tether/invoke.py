@@ -90,7 +90,10 @@ class Invoker:
             runnable.append((i, call, tool))
         if len(runnable) == 1:
             i, call, tool = runnable[0]
-            slots[i] = await self._one(call, tool, make_ctx, turn)
+            if self._emit is None:  # the common case: one call, nobody listening
+                slots[i] = await self._execute(call, tool, make_ctx)
+            else:
+                slots[i] = await self._one(call, tool, make_ctx, turn)
         elif runnable:
             done = await asyncio.gather(
                 *(self._bounded(call, tool, make_ctx, turn) for _, call, tool in runnable)

@@ -9,7 +9,7 @@ the transcript is always one that a provider would accept (every call answered).
 from __future__ import annotations
 
 import asyncio
-import uuid
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
@@ -46,6 +46,7 @@ class _Run:
     consecutive_errors: int = 0
     call_ids: set[str] = field(default_factory=set)
     checker: HistoryChecker = field(default_factory=HistoryChecker)
+    emit: Listener | None = None
 
 
 class Agent(Generic[DepsT]):
@@ -96,7 +97,7 @@ class Agent(Generic[DepsT]):
     ) -> RunResult:
         """Run until a final answer or a bound; never raises for model or tool failures."""
         history = [Message.user(prompt)] if isinstance(prompt, str) else list(prompt)
-        run = _Run(run_id or uuid.uuid4().hex, history, Budget(self.limits), self._deps(deps))
+        run = _Run(run_id or secrets.token_hex(16), history, Budget(self.limits), self._deps(deps))
         run.call_ids.update(c.id for m in history for c in m.tool_calls)
         return await self._drive(run, None, ())
 
@@ -163,14 +164,17 @@ class Agent(Generic[DepsT]):
         decisions: Mapping[str, Decision] | None,
         ready: Sequence[ToolResult],
     ) -> RunResult:
-        emit = self._emitter()
+        emit = run.emit = self._emitter()
         if emit:
             emit(RunStarted(run.run_id))
+        invoker = Invoker(self.tools, self.limits, emit)
+        deadline = _deadline(run.budget)
         try:
-            async with asyncio.timeout(_deadline(run.budget)):
-                result = await self._loop(
-                    run, Invoker(self.tools, self.limits, emit), decisions, ready
-                )
+            if deadline is None:
+                result = await self._loop(run, invoker, decisions, ready)
+            else:
+                async with asyncio.timeout(deadline):
+                    result = await self._loop(run, invoker, decisions, ready)
         except TimeoutError:
             self._close_open_calls(run, "Not executed: the run's wall-time limit was reached.")
             result = self._finish(
@@ -194,7 +198,8 @@ class Agent(Generic[DepsT]):
         ready: Sequence[ToolResult],
     ) -> RunResult:
         if decisions is not None:
-            stop = await self._run_calls(run, invoker, decisions, ready)
+            calls = run.history[-1].tool_calls
+            stop = await self._run_calls(run, invoker, calls, decisions, ready)
             if stop is not None:
                 return stop
         while True:
@@ -204,12 +209,12 @@ class Agent(Generic[DepsT]):
             response = await self._request(run)
             if isinstance(response, RunResult):
                 return response
-            message = self._normalise(run, response.message)
-            stop = self._decide(run, message, response)
+            message, calls = self._normalise(run, response.message)
+            stop = self._decide(run, message, calls, response)
             if stop is not None:
                 return stop
-            if message.tool_calls:
-                stop = await self._run_calls(run, invoker, None, ())
+            if calls:
+                stop = await self._run_calls(run, invoker, calls, None, ())
                 if stop is not None:
                     return stop
 
@@ -229,7 +234,7 @@ class Agent(Generic[DepsT]):
 
     async def _request(self, run: _Run) -> ChatResponse | RunResult:
         run.turns += 1
-        emit = self._emitter()
+        emit = run.emit
         if emit:
             emit(ModelRequest(run.turns, len(run.history)))
         try:
@@ -263,7 +268,9 @@ class Agent(Generic[DepsT]):
             raise ProviderError("the stream ended without a response", kind="other")
         return final
 
-    def _decide(self, run: _Run, message: Message, response: ChatResponse) -> RunResult | None:
+    def _decide(
+        self, run: _Run, message: Message, calls: list[ToolCall], response: ChatResponse
+    ) -> RunResult | None:
         """Append the reply and say whether the run ends here (content first)."""
         stop = response.stop_reason
         if not message.parts:
@@ -287,7 +294,7 @@ class Agent(Generic[DepsT]):
         if stop.context_exceeded:
             self._close_open_calls(run, "Not executed: the context window is full.")
             return self._finish(run, Outcome("context_exceeded", "the context window is full"))
-        if message.tool_calls or stop.paused:
+        if calls or stop.paused:
             return None
         return self._finish(run, Outcome("completed", "final answer"))
 
@@ -295,10 +302,10 @@ class Agent(Generic[DepsT]):
         self,
         run: _Run,
         invoker: Invoker,
+        calls: list[ToolCall],
         decisions: Mapping[str, Decision] | None,
         ready: Sequence[ToolResult],
     ) -> RunResult | None:
-        calls = run.history[-1].tool_calls
         done = {r.call_id: r for r in ready}
         todo = [c for c in calls if c.id not in done]
         deps, run_id, turn, usage = run.deps, run.run_id, run.turns, run.usage
@@ -348,10 +355,11 @@ class Agent(Generic[DepsT]):
 
     # --- helpers ------------------------------------------------------------------------
 
-    def _normalise(self, run: _Run, message: Message) -> Message:
-        """An assistant message that can enter the history: no empty text, no stray
-        results, every call id present and unique in the run."""
+    def _normalise(self, run: _Run, message: Message) -> tuple[Message, list[ToolCall]]:
+        """An assistant message that can enter the history (no empty text, no stray
+        results, every call id present and unique in the run) and its calls."""
         parts: list[Text | ToolCall] = []
+        calls: list[ToolCall] = []
         changed = message.role != "assistant"
         for part in message.parts:
             if isinstance(part, Text):
@@ -365,15 +373,16 @@ class Agent(Generic[DepsT]):
                     changed = True
                 run.call_ids.add(part.id)
                 parts.append(part)
+                calls.append(part)
             else:
                 changed = True
         if not changed:
-            return message
-        return Message("assistant", tuple(parts), message.metadata)
+            return message, calls
+        return Message("assistant", tuple(parts), message.metadata), calls
 
     def _append(self, run: _Run, message: Message) -> None:
         run.history.append(message)
-        emit = self._emitter()
+        emit = run.emit
         if emit:
             emit(MessageAppended(message))
 

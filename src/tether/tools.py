@@ -136,6 +136,9 @@ class FunctionTool(Tool):
             raise ToolDefinitionError(
                 f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'"
             )
+        from pydantic import ValidationError
+
+        self._validation_error = ValidationError
         model, ctx_param, docs = _arguments_model(func, tool_name)
         self._model = model
         self._ctx_param = ctx_param
@@ -150,13 +153,11 @@ class FunctionTool(Tool):
         self.spec = ToolSpec(tool_name, text, schema, strict)
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
-        from pydantic import ValidationError
-
         try:
             parsed = self._model.model_validate(arguments)
-        except ValidationError as exc:
+        except self._validation_error as exc:
             raise InvalidArguments(self.spec.name, _describe_errors(exc)) from None
-        kwargs = dict(parsed)
+        kwargs = dict(parsed.__dict__)
         if self._ctx_param:
             kwargs[self._ctx_param] = ctx
         if self._is_async:
