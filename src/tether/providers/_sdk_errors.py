@@ -96,16 +96,17 @@ def is_context_overflow(status: int | None, body: Any, message: str = "") -> boo
 
 
 def classify(status: int | None, body: Any) -> ProviderErrorKind:
-    """The error kind of a provider failure, from the body's type first, then the status."""
+    """The error kind of a provider failure: from the HTTP status when it is an error
+    status, else (an error inside a 200 stream or response) from the body's type."""
+    if status is not None and status >= 400 and status in _BY_STATUS:
+        return _BY_STATUS[status]
     err = _error_object(body)
     for key in ("type", "code"):
         value = err.get(key)
         if isinstance(value, str) and value in _BY_TYPE:
             return _BY_TYPE[value]
-    if status is None:
-        return "other"
-    if status in _BY_STATUS:
-        return _BY_STATUS[status]
+    if status is None or status < 400:
+        return "server"
     return "server" if status >= 500 else "other"
 
 
@@ -119,6 +120,11 @@ def translate(
         return connection_error(provider, base_url)
     if isinstance(exc, sdk.APIStatusError):
         return status_error(provider, exc.status_code, exc.body, exc.message)
+    if isinstance(exc, sdk.APIError) and exc.body:  # an error event inside a stream
+        body = (
+            exc.body if isinstance(exc.body, dict) and "error" in exc.body else {"error": exc.body}
+        )
+        return status_error(provider, None, body, exc.message)
     return other_error(provider, exc)
 
 
@@ -133,8 +139,6 @@ def status_error(provider: str, status: int | None, body: Any, message: str = ""
             "shorten the history or use a model with a larger window."
         )
     kind = classify(status, body)
-    if kind == "other" and status is None:
-        kind = "server"
     return ProviderError(
         f"{provider} request failed with {kind} ({where}): {detail}; {_ADVICE[kind]}.",
         kind=kind,

@@ -81,7 +81,7 @@ class AnthropicClient(BaseChatClient):
             reply = await create(**_sdk_arguments(body))
         except anthropic.AnthropicError as exc:
             raise self._translate(exc) from exc
-        return parse_message(reply.to_dict())
+        return parse_message(reply.to_dict(warnings=False))
 
     async def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
@@ -93,7 +93,7 @@ class AnthropicClient(BaseChatClient):
             events = await create(**_sdk_arguments(body), stream=True)
             async with events:
                 async for event in events:
-                    text = assembler.feed(event.to_dict())
+                    text = assembler.feed(event.to_dict(warnings=False))
                     if text:
                         yield TextDelta(text)
         except anthropic.AnthropicError as exc:

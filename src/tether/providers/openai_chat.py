@@ -1,0 +1,269 @@
+"""OpenAI-compatible Chat Completions adapter (Ollama, vLLM, llama.cpp server, LM Studio).
+
+Built on the official SDK's ``AsyncOpenAI`` pointed at ``base_url``. Mapping (see
+``docs/providers.md``): a tool is ``{"type": "function", "function": {...parameters}}``; a
+:class:`~tether.messages.ToolCall` is an entry of the assistant message's ``tool_calls``
+(``id``, ``function.name``, JSON-text ``function.arguments``); a tether ``tool`` message
+becomes one ``role: tool`` message per result; instructions become a leading ``system``
+message; ``finish_reason`` (``stop``, ``length``, ``tool_calls``, ``content_filter``, or
+none at all) maps to :class:`~tether.messages.StopReason`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import openai
+
+from tether.clients import (
+    BaseChatClient,
+    ChatOptions,
+    ChatResponse,
+    ResponseDone,
+    StreamChunk,
+    TextDelta,
+)
+from tether.errors import ProviderError
+from tether.messages import Message, StopReason, Text, ToolCall, Usage
+from tether.providers._sdk_errors import translate
+from tether.providers._wire_cache import WireCache
+from tether.tools import ToolSpec
+
+PROVIDER = "openai-chat"
+WireMessages = tuple[dict[str, Any], ...]
+
+
+class OpenAIChatClient(BaseChatClient):
+    """A :class:`~tether.clients.ChatClient` for any Chat Completions server.
+
+    ``api_key`` may be any text for servers that do not check it. ``max_tokens_field``
+    names the output ceiling (``max_tokens`` for most servers, ``max_completion_tokens``
+    for OpenAI's newer models). ``stream_usage`` asks for a final usage chunk when
+    streaming (``stream_options.include_usage``).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 2,
+        timeout: float = 600.0,
+        max_tokens_field: str = "max_tokens",
+        stream_usage: bool = True,
+        cache_size: int = 4096,
+        sdk: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        self.model = model
+        self.timeout = timeout
+        self.max_tokens_field = max_tokens_field
+        self.stream_usage = stream_usage
+        self.sdk = sdk or openai.AsyncOpenAI(
+            api_key=api_key or "not-needed",
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+        self.wire: WireCache[WireMessages] = WireCache(message_to_wire, cache_size)
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> ChatResponse:
+        body = self.request_body(messages, tools, options)
+        create: Any = self.sdk.chat.completions.create
+        try:
+            reply = await create(**_sdk_arguments(body))
+        except openai.OpenAIError as exc:
+            raise self._translate(exc) from exc
+        return parse_completion(reply.to_dict(warnings=False))
+
+    async def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> AsyncIterator[StreamChunk]:
+        body = self.request_body(messages, tools, options)
+        if self.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        create: Any = self.sdk.chat.completions.create
+        assembler = _StreamAssembler()
+        try:
+            chunks = await create(**_sdk_arguments(body), stream=True)
+            async with chunks:
+                async for chunk in chunks:
+                    text = assembler.feed(chunk.to_dict(warnings=False))
+                    if text:
+                        yield TextDelta(text)
+        except openai.OpenAIError as exc:
+            raise self._translate(exc) from exc
+        if not assembler.seen_choice:
+            raise ProviderError("openai-chat stream ended without any choice.")
+        yield ResponseDone(parse_completion(assembler.completion()))
+
+    def request_body(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> dict[str, Any]:
+        """The JSON body sent for this request (old messages come from the wire cache)."""
+        wire: list[dict[str, Any]] = []
+        if options.instructions:
+            wire.append({"role": "system", "content": options.instructions})
+        wire.extend(item for m in messages for item in self.wire(m))
+        body: dict[str, Any] = {"model": options.model or self.model, "messages": wire}
+        if tools:
+            body["tools"] = [tool_to_wire(t) for t in tools]
+        if options.max_output_tokens is not None:
+            body[self.max_tokens_field] = options.max_output_tokens
+        if options.temperature is not None:
+            body["temperature"] = options.temperature
+        body.update(options.extra)
+        return body
+
+    def _translate(self, exc: openai.OpenAIError) -> ProviderError:
+        return translate(openai, exc, PROVIDER, self.timeout, str(self.sdk.base_url))
+
+
+def tool_to_wire(spec: ToolSpec) -> dict[str, Any]:
+    """A function tool; ``strict`` only when the tool asks for it (servers vary)."""
+    function: dict[str, Any] = {
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": dict(spec.parameters),
+    }
+    if spec.strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def message_to_wire(message: Message) -> WireMessages:
+    """One tether message as Chat Completions messages (one per result for ``tool``)."""
+    if message.role == "tool":
+        out = [
+            {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
+            for r in message.tool_results
+        ]
+        if message.text:
+            out.append({"role": "user", "content": message.text})
+        return tuple(out)
+    if message.role == "user":
+        return ({"role": "user", "content": message.text},)
+    wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    calls = message.tool_calls
+    if calls:
+        wire["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_json()},
+            }
+            for c in calls
+        ]
+    return (wire,)
+
+
+def parse_completion(data: Mapping[str, Any]) -> ChatResponse:
+    """A :class:`ChatResponse` from a Chat Completions response body."""
+    choices = data.get("choices") or [{}]
+    choice = choices[0]
+    message = choice.get("message") or {}
+    parts: list[Text | ToolCall] = []
+    if message.get("content"):
+        parts.append(Text(str(message["content"])))
+    refusal = message.get("refusal")
+    if refusal:
+        parts.append(Text(str(refusal)))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        name, call_id = str(function.get("name", "")), str(call.get("id") or "")
+        if isinstance(arguments, dict):  # some local servers send an object
+            parts.append(ToolCall(call_id, name, arguments))
+        else:
+            parts.append(ToolCall.from_json(call_id, name, str(arguments or "")))
+    finish = choice.get("finish_reason")
+    stop = StopReason("refusal", "refusal") if refusal else StopReason.parse(finish)
+    usage = data.get("usage") or {}
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return ChatResponse(
+        (Message("assistant", tuple(parts)),),
+        stop,
+        Usage(
+            input_tokens=int(usage.get("prompt_tokens") or 0) - cached,
+            output_tokens=int(usage.get("completion_tokens") or 0),
+            cache_read_tokens=cached,
+            requests=1,
+        ),
+        data.get("model"),
+        dict(data),
+    )
+
+
+class _StreamAssembler:
+    """Rebuilds a completion body from streamed chunks (tool calls by ``index``)."""
+
+    def __init__(self) -> None:
+        self.seen_choice = False
+        self._text: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._model: str | None = None
+
+    def feed(self, chunk: Mapping[str, Any]) -> str:
+        """Take one chunk; return the text it adds (empty if none)."""
+        self._model = chunk.get("model") or self._model
+        if chunk.get("usage"):
+            self._usage = dict(chunk["usage"])
+        text = ""
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            self.seen_choice = True
+            delta = choice.get("delta") or {}
+            text = str(delta.get("content") or "")
+            self._text.append(text)
+            self._refusal.append(str(delta.get("refusal") or ""))
+            for call in delta.get("tool_calls") or ():
+                self._add_call(call)
+            self._finish = choice.get("finish_reason") or self._finish
+        return text
+
+    def _add_call(self, call: Mapping[str, Any]) -> None:
+        slot = self._calls.setdefault(int(call.get("index", len(self._calls))), {})
+        slot["id"] = slot.get("id") or call.get("id")
+        function = call.get("function") or {}
+        if function.get("name"):
+            slot["name"] = slot.get("name", "") + str(function["name"])
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            slot["arguments"] = arguments
+        elif arguments:
+            slot["arguments"] = slot.get("arguments", "") + str(arguments)
+
+    def completion(self) -> dict[str, Any]:
+        """The assembled body, in the non-streaming shape."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text)}
+        if any(self._refusal):
+            message["refusal"] = "".join(self._refusal)
+        if self._calls:
+            message["tool_calls"] = [
+                {
+                    "id": slot.get("id"),
+                    "type": "function",
+                    "function": {"name": slot.get("name", ""), "arguments": slot.get("arguments")},
+                }
+                for _, slot in sorted(self._calls.items())
+            ]
+        choice = {"index": 0, "message": message, "finish_reason": self._finish}
+        return {"model": self._model, "choices": [choice], "usage": self._usage}
+
+
+def _sdk_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Body fields the SDK names go as arguments; the rest travel in ``extra_body``."""
+    named = {"model", "messages", "tools", "temperature", "stream_options", "tool_choice"}
+    named |= {"max_tokens", "max_completion_tokens", "parallel_tool_calls"}
+    arguments = {k: v for k, v in body.items() if k in named}
+    extra = {k: v for k, v in body.items() if k not in named}
+    if extra:
+        arguments["extra_body"] = extra
+    return arguments
