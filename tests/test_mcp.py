@@ -305,3 +305,17 @@ async def test_structured_and_non_text_results_become_text() -> None:
         ctx: RunContext[None] = RunContext(None)
         assert await mixed.invoke({}, ctx) == "chart below\n[image content (image/png) not shown]"
         assert await structured.invoke({}, ctx) == '{"n":1}'
+
+
+async def test_served_tools_get_deps_and_a_fresh_call_id() -> None:
+    @tool
+    def whoami(ctx: RunContext[str]) -> str:
+        """Say which dependencies the server passed. Use it in tests. It changes nothing."""
+        assert ctx.call is not None
+        return f"{ctx.deps} {ctx.call.id}"
+
+    async with mcp_tools(serve_tools([whoami], deps="db-1")) as (remote,):
+        first = await remote.invoke({}, RunContext(None))
+        second = await remote.invoke({}, RunContext(None))
+    assert first.startswith("db-1 mcp_")
+    assert first != second

@@ -90,27 +90,20 @@ def _tracer(provider: TracerProvider | None) -> trace.Tracer:
     return trace.get_tracer(TRACER_NAME, tracer_provider=provider)
 
 
-def _provider_name(client: Any) -> str:
-    """The ``provider_name`` of the client or of a client it wraps."""
+def _find(client: Any, attribute: str) -> str | None:
+    """A non-empty string attribute of the client or of a client it wraps."""
     for _ in range(32):
-        name = getattr(client, "provider_name", None)
-        if isinstance(name, str) and name:
-            return name
-        client = getattr(client, "inner", None)
-        if client is None:
-            break
-    return UNKNOWN_PROVIDER
-
-
-def _model_name(client: Any) -> str | None:
-    for _ in range(32):
-        model = getattr(client, "model", None)
-        if isinstance(model, str) and model:
-            return model
+        value = getattr(client, attribute, None)
+        if isinstance(value, str) and value:
+            return value
         client = getattr(client, "inner", None)
         if client is None:
             break
     return None
+
+
+def _provider_name(client: Any) -> str:
+    return _find(client, "provider_name") or UNKNOWN_PROVIDER
 
 
 class TracingChatClient(DelegatingChatClient):
@@ -133,7 +126,7 @@ class TracingChatClient(DelegatingChatClient):
     ) -> None:
         super().__init__(inner)
         self.provider_name = provider_name or _provider_name(inner)
-        self.model = model or _model_name(inner)
+        self.model = model or _find(inner, "model")
         self.capture_content = capture_content
         self._tracer = _tracer(tracer_provider)
 
@@ -358,7 +351,7 @@ async def _agent_span(
         AGENT_NAME: name,
         CONVERSATION_ID: run_id,
     }
-    model = agent.options.model or _model_name(agent.client)
+    model = agent.options.model or _find(agent.client, "model")
     if model:
         attributes[REQUEST_MODEL] = model
     if description:

@@ -81,8 +81,8 @@ def serve_tools(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        call_id = f"mcp_{ctx.request_id}" if ctx.request_id is not None else uuid.uuid4().hex
-        call = ToolCall(call_id, params.name, dict(params.arguments or {}))
+        # Request ids repeat across connections; a call id may be an idempotency key.
+        call = ToolCall(f"mcp_{uuid.uuid4().hex}", params.name, dict(params.arguments or {}))
 
         def make_ctx(c: ToolCall) -> RunContext[Any]:
             return RunContext(deps, run_id, c, 0)
