@@ -103,5 +103,7 @@ async def test_a_resolved_client_talks_to_its_server(server: FakeProvider) -> No
     )
     reply = await client.complete([Message.user("q")], [], ChatOptions())
     assert reply.message.text == "hi"
+    assert isinstance(client, AnthropicClient)
+    await client.aclose()
     headers = server.requests[0].headers
     assert "sk-from-env" in (headers.get("x-api-key", "") + headers.get("authorization", ""))

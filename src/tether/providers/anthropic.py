@@ -102,6 +102,10 @@ class AnthropicClient(BaseChatClient):
 
     # --- request ------------------------------------------------------------------------
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        await self.sdk.close()
+
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> dict[str, Any]:

@@ -100,6 +100,10 @@ class OpenAIChatClient(BaseChatClient):
             raise ProviderError("openai-chat stream ended without any choice.")
         yield ResponseDone(parse_completion(assembler.completion()))
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        await self.sdk.close()
+
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> dict[str, Any]:

@@ -101,6 +101,10 @@ class OpenAIResponsesClient(BaseChatClient):
             final["output"] = items
         yield ResponseDone(parse_response(final, nullable))
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        await self.sdk.close()
+
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> dict[str, Any]:
