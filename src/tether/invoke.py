@@ -26,11 +26,13 @@ NOT_EXECUTED_TRUNCATED = "Not executed: the response was cut off (output token l
 NOT_EXECUTED_CANCELLED = "Not executed: the run was cancelled."
 
 
-def cap_text(text: str, limit: int | None) -> str:
-    """``text`` cut to ``limit`` characters with a notice saying how much was left out."""
+def cap_text(text: str, limit: int | None, hint: str | None = None) -> str:
+    """``text`` cut to ``limit`` characters with a notice saying how much was left out
+    and, when ``hint`` is given, how to get the rest (``[N characters omitted: hint]``)."""
     if limit is None or len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[{len(text) - limit} characters omitted]"
+    how = f": {hint}" if hint else ""
+    return f"{text[:limit]}\n[{len(text) - limit} characters omitted{how}]"
 
 
 @dataclass(slots=True)
