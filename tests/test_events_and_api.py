@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -121,14 +122,21 @@ async def test_pipeline_applies_wrappers_outermost_first() -> None:
     assert order == ["outer", "inner"]
 
 
-def test_cli_demo_and_lint() -> None:
+def test_cli_demo_and_lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
-    result = runner.invoke(app, ["demo"])
+    result = runner.invoke(app, ["demo", "--scripted"])
     assert result.exit_code == 0, result.output
     assert "lire_commande" in result.output and "outcome: completed" in result.output
     result = runner.invoke(app, ["lint", "tether.demo:read_order"])
     assert result.exit_code == 0 and "0 error(s)" in result.output
-    result = runner.invoke(app, ["lint", "tests.conftest:explode"])
-    assert result.exit_code == 0, result.output
+    source = (
+        'from tether import tool\n\n@tool\ndef thin(a: str) -> str:\n    """Thin."""\n'
+        "    return a\n"
+    )
+    (tmp_path / "thin_tools.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = runner.invoke(app, ["lint", "thin_tools:thin"])
+    assert result.exit_code == 1, result.output
+    assert "'a' is undocumented" in result.output and "2 error(s)" in result.output
     result = runner.invoke(app, ["lint", "no.such.module:x"])
     assert result.exit_code == 2 and "cannot load" in result.output

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tether.clients import ChatClient
+from tether.errors import TetherError
 from tether.events import Event, ModelRequest, RunFinished, ToolCallFinished, ToolCallStarted
 from tether.tools import Tool, lint
 
@@ -33,17 +35,47 @@ def demo(
     prompt: Annotated[str, typer.Argument(help="The customer's question.")] = (
         "Ou en est ma commande C-1042 ?"
     ),
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Model spec (anthropic:MODEL, openai:MODEL, openai-chat:MODEL@URL, "
+            "local); default: $TETHER_MODEL, else the embedded offline model."
+        ),
+    ] = None,
+    scripted: Annotated[
+        bool, typer.Option("--scripted", help="Use a scripted model instead of a real one.")
+    ] = False,
 ) -> None:
-    """Run the support demo offline (scripted model, no API key)."""
+    """Run the support demo: an agent reads an order and answers, offline by default."""
     from tether.demo import demo_agent
 
-    agent = demo_agent()
+    try:
+        client = None if scripted else _demo_client(model)
+    except TetherError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    agent = demo_agent(client)
     agent.listeners.append(_print_event)
     result = asyncio.run(agent.run(prompt))
     if result.outcome.completed:
         console.print(f"\n[bold green]answer:[/] {result.output}")
     else:
         raise typer.Exit(1)
+
+
+def _demo_client(spec: str | None) -> ChatClient:
+    """The client for the demo; the embedded model (with its banner) unless told otherwise."""
+    import os
+
+    spec = spec or os.environ.get("TETHER_MODEL") or "local"
+    if spec.strip() == "local":
+        from tether.providers.local import demo_client, local_model_banner
+
+        console.print(f"[yellow]{local_model_banner()}[/]", highlight=False)
+        return demo_client()
+    from tether.providers.registry import client_from_string
+
+    return client_from_string(spec)
 
 
 @app.command("lint")
