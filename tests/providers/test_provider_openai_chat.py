@@ -132,6 +132,7 @@ async def test_usage_and_arguments_sent_as_an_object(server: FakeProvider) -> No
         (429, "rate_limit", 3),
         (500, "server", 3),
         (503, "overloaded", 3),
+        (529, "overloaded", 3),
     ],
 )
 async def test_errors_are_typed_after_the_sdk_retries(

@@ -201,6 +201,7 @@ async def test_usage_separates_cached_input(server: FakeProvider) -> None:
         (429, "rate_limit", "requests", "rate_limit_exceeded", 3),
         (500, "server", "server_error", None, 3),
         (503, "overloaded", "server_error", None, 3),
+        (529, "overloaded", "server_error", None, 3),
     ],
 )
 async def test_errors_are_typed_after_the_sdk_retries(
@@ -345,3 +346,23 @@ async def test_documented_error_event_shape_is_typed(server: FakeProvider) -> No
     with pytest.raises(ProviderError) as caught:
         _ = [ch async for ch in client(server).stream([Message.user("q")], [], ChatOptions())]
     assert caught.value.kind == "rate_limit" and "Slow down" in str(caught.value)
+
+
+async def test_encrypted_reasoning_is_sent_back_with_its_calls(server: FakeProvider) -> None:
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"}
+    server.script = [
+        Reply(r_response(reasoning, r_call("c1", "lire_commande", {"numero": "C-1042"}))),
+        Reply(r_response(r_text("Expediee."))),
+    ]
+    result = await Agent(client(server, keep_reasoning=True), [read_order]).run("q")
+    assert result.outcome.kind == "completed"
+    first, second = server.bodies()
+    assert first["include"] == ["reasoning.encrypted_content"]
+    assert [i.get("type", i.get("role")) for i in second["input"]] == [
+        "user",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+    assert second["input"][1] == reasoning
+    assert result.transcript[1].tool_calls[0].id == "c1"  # reasoning rides in metadata only

@@ -29,7 +29,10 @@ from tether.providers._wire_cache import WireCache
 from tether.tools import ToolSpec, strict_schema
 
 PROVIDER = "openai"
+REASONING_KEY = "openai_reasoning"
+"""Message metadata key holding encrypted reasoning items, sent back before the calls."""
 WireItems = tuple[dict[str, Any], ...]
+_REASONING_FIELDS = ("type", "id", "summary", "encrypted_content")
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -38,7 +41,9 @@ class OpenAIResponsesClient(BaseChatClient):
 
     ``max_retries`` and ``timeout`` (seconds) are the SDK's own; a failure left after them
     is raised as :class:`~tether.errors.ProviderError`. ``strict_tools=False`` never asks
-    for strict function calling.
+    for strict function calling. ``keep_reasoning=True`` (reasoning models) asks for the
+    encrypted reasoning items and sends them back with the calls they led to, which
+    stateless requests otherwise lose.
     """
 
     def __init__(
@@ -50,12 +55,14 @@ class OpenAIResponsesClient(BaseChatClient):
         max_retries: int = 2,
         timeout: float = 600.0,
         strict_tools: bool = True,
+        keep_reasoning: bool = False,
         cache_size: int = 4096,
         sdk: openai.AsyncOpenAI | None = None,
     ) -> None:
         self.model = model
         self.timeout = timeout
         self.strict_tools = strict_tools
+        self.keep_reasoning = keep_reasoning
         self.sdk = sdk or openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
@@ -126,6 +133,8 @@ class OpenAIResponsesClient(BaseChatClient):
                 body["tools"].append(wire)
                 if added:
                     nullable[spec.name] = added
+        if self.keep_reasoning:
+            body["include"] = ["reasoning.encrypted_content"]
         if options.max_output_tokens is not None:
             body["max_output_tokens"] = options.max_output_tokens
         if options.temperature is not None:
@@ -222,7 +231,7 @@ def _nullable(prop: Any) -> dict[str, Any] | None:
 
 def message_to_items(message: Message) -> WireItems:
     """One tether message as Responses input items, in part order."""
-    items: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = [dict(r) for r in message.metadata.get(REASONING_KEY, ())]
     text = message.text
     if message.role in ("user", "assistant") and text:
         items.append({"role": message.role, "content": text})
@@ -252,6 +261,7 @@ def parse_response(
     if status == "failed":
         raise status_error(PROVIDER, None, {"error": data.get("error") or {}})
     parts: list[Text | ToolCall] = []
+    reasoning: list[dict[str, Any]] = []
     refused = False
     for item in data.get("output") or ():
         kind = item.get("type")
@@ -269,10 +279,12 @@ def parse_response(
                 str(item.get("arguments") or ""),
             )
             parts.append(_drop_added_nulls(call, (nullable or {}).get(call.name)))
+        elif kind == "reasoning" and item.get("encrypted_content"):
+            reasoning.append({k: item[k] for k in _REASONING_FIELDS if k in item})
     usage = data.get("usage") or {}
     cached = int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
     return ChatResponse(
-        (Message("assistant", tuple(parts)),),
+        (Message("assistant", tuple(parts), {REASONING_KEY: reasoning} if reasoning else {}),),
         _stop_reason(status, data.get("incomplete_details"), refused, parts),
         Usage(
             input_tokens=int(usage.get("input_tokens") or 0) - cached,
