@@ -37,7 +37,7 @@ from tether.clients import (
     StreamChunk,
     TextDelta,
 )
-from tether.messages import Message, Part, StopReason, Text, ToolCall, ToolResult
+from tether.messages import Message, Part, Role, StopReason, Text, ToolCall, ToolResult
 from tether.tools import ToolSpec
 
 JSON_SCHEMA = "json_schema"
@@ -54,7 +54,10 @@ FORMAT_HELP = (
     "Call a tool when you need facts you do not have; answer once the tool results "
     "give you what the user asked."
 )
-RESULTS_HELP = 'Use these results: answer with {"answer": "..."} or call another tool.'
+RESULTS_HELP = (
+    'Use these results to answer the user in one sentence with {"answer": ...}, '
+    "or call another tool."
+)
 
 _NAME_RE = re.compile(r'"name"\s*:\s*"([^"\\]{1,64})"')
 
@@ -218,6 +221,7 @@ def render_history(messages: Sequence[Message]) -> list[Message]:
     for message in messages:
         for call in message.tool_calls:
             names[call.id] = call
+        role: Role
         if message.role == "assistant":
             text = _render_assistant(message)
             role = "assistant"

