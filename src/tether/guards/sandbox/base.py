@@ -1,0 +1,212 @@
+"""The one protocol every sandbox backend implements, and what they share.
+
+A :class:`Sandbox` runs an argv (never a string for a shell to split) in a throwaway copy
+of a work tree and returns an :class:`ExecResult`: the exit code, both output streams
+capped, whether the wall timeout killed it. Backends differ only in how they isolate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from tether.errors import ConfigError
+
+DEFAULT_ENV: dict[str, str] = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
+"""The whole environment of a sandboxed command: nothing of the host's leaks in (API keys)."""
+
+
+class SandboxUnavailable(ConfigError):
+    """No backend can isolate a command here, or the chosen one cannot start."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    """Resource caps of one sandboxed command (defaults in one place)."""
+
+    timeout_seconds: float = 300.0
+    """Wall-clock limit; past it every process of the command is killed."""
+    memory_bytes: int = 1 << 30
+    """Address space of each process (RLIMIT_AS); a container backend caps the total."""
+    cpu_seconds: int = 300
+    """CPU time of each process (RLIMIT_CPU)."""
+    file_size_bytes: int = 256 << 20
+    """Largest file a process may write (RLIMIT_FSIZE)."""
+    max_processes: int = 256
+    """Processes of the sandbox user (RLIMIT_NPROC, per uid), or the container's pids limit."""
+    open_files: int = 1024
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    tmp_bytes: int = 256 << 20
+    """Size of the in-memory /tmp."""
+    max_output_chars: int = 4000
+    """Characters kept of each output stream; the rest is counted and dropped."""
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"SandboxLimits.{name} must be positive")
+
+    def ulimit_script(self) -> str:
+        """A bash preamble that sets the per-process caps (soft and hard) then execs "$@"."""
+        return (
+            f"ulimit -v {self.memory_bytes // 1024} -t {self.cpu_seconds}"
+            f" -f {self.file_size_bytes // 1024} -u {self.max_processes}"
+            f' -n {self.open_files} -c 0 || exit 125; exec "$@"'
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """What a sandboxed command did. Output streams are already capped."""
+
+    exit_code: int
+    """The exit status; negative when the process was killed by that signal."""
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    """True when the wall timeout killed the command."""
+    stdout_omitted: int = 0
+    """Characters of stdout dropped by the cap (the notice in ``stdout`` says it too)."""
+    stderr_omitted: int = 0
+    duration_seconds: float = 0.0
+
+    def to_text(self) -> str:
+        """The tool result: ``exit code N``, then stdout, then stderr."""
+        head = f"exit code {self.exit_code}"
+        if self.timed_out:
+            head += f" (killed: wall timeout after {self.duration_seconds:.0f} s)"
+        return f"{head}\n{self.stdout}\n{self.stderr}"
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs commands in isolation, inside a throwaway copy of a work tree."""
+
+    name: str
+    """The backend's name: ``bubblewrap``, ``docker``, ``podman``, ``host``."""
+    isolated: bool
+    """False only for host execution, which a shell tool refuses unless opted into."""
+    limits: SandboxLimits
+
+    def available(self) -> bool:
+        """Whether this backend can run here (binary present, engine answering)."""
+        ...
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the kill is part of the result)
+    ) -> ExecResult:
+        """Run ``argv`` (a list; ``argv[0]`` is looked up on the sandbox's PATH) in the work
+        copy; ``timeout`` overrides the wall limit. Everything is killed on timeout or
+        cancellation."""
+        ...
+
+    async def aclose(self) -> None:
+        """Delete the work copy and anything still running."""
+        ...
+
+
+def check_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a list of strings; a bare string is refused (it would be split)."""
+    if isinstance(argv, str | bytes) or not argv:
+        raise TypeError("argv must be a non-empty list of strings, e.g. ['bash', '-c', command]")
+    out = list(argv)
+    for arg in out:
+        if not isinstance(arg, str) or "\0" in arg:
+            raise TypeError("every argv item must be a string without NUL bytes")
+    return out
+
+
+# --- the throwaway work copy --------------------------------------------------------------
+
+
+class WorkCopy:
+    """A private temporary copy of a source tree, owned by the sandbox's user.
+
+    Symlinks are copied as links (never followed: a link to a host file must not become a
+    copy of its content), special files are skipped, hard links become separate files.
+    """
+
+    def __init__(
+        self,
+        source: Path | None,
+        *,
+        owner: tuple[int, int] | None = None,
+        ignore: Sequence[str] = (),
+    ) -> None:
+        self.source = source
+        self.owner = owner
+        self.ignore = tuple(ignore)
+        self.root: Path | None = None
+
+    @property
+    def path(self) -> Path:
+        """The work copy (the folder mounted in the sandbox)."""
+        if self.root is None:
+            raise RuntimeError("the work copy is not created yet")
+        return self.root / "work"
+
+    def create(self) -> Path:
+        """Make the copy (blocking I/O: call it in a thread)."""
+        if self.root is not None:
+            return self.path
+        if self.source is not None and not self.source.is_dir():
+            raise ConfigError(f"the sandbox source {self.source} is not a folder")
+        root = Path(tempfile.mkdtemp(prefix="tether-sandbox-"))
+        self.root = root
+        work = root / "work"
+        if self.source is None:
+            work.mkdir()
+        else:
+            ignore = shutil.ignore_patterns(*self.ignore) if self.ignore else None
+            shutil.copytree(
+                self.source, work, symlinks=True, ignore=_skip_special(ignore), dirs_exist_ok=False
+            )
+        if self.owner is not None:
+            uid, gid = self.owner
+            os.chown(root, uid, gid)
+            for path in [work, *work.rglob("*")]:
+                os.lchown(path, uid, gid)
+        return work
+
+    def remove(self) -> None:
+        """Delete the copy and everything the sandbox wrote in it."""
+        root, self.root = self.root, None
+        if root is None:
+            return
+        try:
+            shutil.rmtree(root)
+        except OSError:  # a folder the command made unreadable: open it up, then retry
+            os.chmod(root, stat.S_IRWXU)
+            for folder, dirs, _files in os.walk(root):
+                for name in dirs:
+                    os.chmod(os.path.join(folder, name), stat.S_IRWXU)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _skip_special(
+    ignore: Callable[[str, list[str]], set[str]] | None,
+) -> Callable[[str, list[str]], set[str]]:
+    def skip(folder: str, names: list[str]) -> set[str]:
+        dropped = set(ignore(folder, names)) if ignore else set()
+        for name in names:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                dropped.add(name)
+        return dropped
+
+    return skip
