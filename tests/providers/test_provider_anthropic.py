@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_tools import anthropic_pairing_ok, convert, read_order
 from provider_server import FakeProvider, Reply, error
-from wire import a_call, a_error, a_message, a_sse, a_text
+from provider_tools import anthropic_pairing_ok, convert, read_order
+from provider_wire import a_call, a_error, a_message, a_sse, a_text
 
 from tether.clients import ChatOptions, ResponseDone, TextDelta
 from tether.errors import ContextWindowExceeded, ProviderError

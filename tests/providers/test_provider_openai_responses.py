@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from agent_tools import convert, read_order
 from provider_server import FakeProvider, Reply, error
-from wire import r_call, r_response, r_sse, r_text
+from provider_tools import convert, read_order
+from provider_wire import r_call, r_response, r_sse, r_text
 
 from tether.clients import ChatOptions, ResponseDone, TextDelta
 from tether.errors import ContextWindowExceeded, ProviderError

@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from agent_tools import anthropic_pairing_ok, convert, read_order
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from provider_tools import anthropic_pairing_ok, convert, read_order
 
 from tether.clients import ChatOptions, ChatResponse, DelegatingChatClient
 from tether.history import check

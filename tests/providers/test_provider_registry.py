@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from provider_server import FakeProvider, Reply
-from wire import a_message, a_text
+from provider_wire import a_message, a_text
 
 from tether.clients import ChatOptions
 from tether.errors import ConfigError
