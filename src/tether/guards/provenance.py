@@ -66,15 +66,26 @@ def untrusted(content: Any, source: str, *, trusted: bool = False) -> str:
 class TaintTracker:
     """Per-run sets of values seen in untrusted content, minus those the app vouches for.
 
+    ``trusted`` values are vouched for in every run (values of the application itself).
     Keyed by run id; the oldest runs are forgotten past ``max_runs``. In-process only: after
     a resume in another process, call :meth:`rebuild` with the run's transcript.
     """
 
-    def __init__(self, patterns: Iterable[str] = DEFAULT_PATTERNS, *, max_runs: int = 1024):
+    def __init__(
+        self,
+        patterns: Iterable[str] = DEFAULT_PATTERNS,
+        *,
+        trusted: Iterable[str] = (),
+        max_runs: int = 1024,
+    ) -> None:
         self._patterns = [re.compile(p) for p in patterns]
         self._max_runs = max_runs
         self._tainted: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._trusted: dict[str, set[str]] = {}
+        self._always: set[str] = set()
+        for value in trusted:
+            self._always.add(value.strip().lower())
+            self._always.update(self.tokens(value))
 
     def tokens(self, text: str) -> set[str]:
         """The distinctive values in ``text``, normalised (lower case, no trailing
@@ -109,7 +120,7 @@ class TaintTracker:
         seen = self._tainted.get(run_id)
         if not seen:
             return {}
-        trusted = self._trusted.get(run_id, set())
+        trusted = self._trusted.get(run_id, set()) | self._always
         hits: dict[str, str] = {}
         for text in _strings(value):
             candidates = self.tokens(text) | {text.strip().lower()}
