@@ -246,3 +246,25 @@ async def test_context_window_exceeded_type_is_kept() -> None:
             FaultyClient(ScriptedClient(reader), {1: "context_exceeded"}),
             summarizer=summariser(),
         ).complete([Message.user("x")], [], ChatOptions())
+
+
+async def test_clearing_outside_compaction_work_together() -> None:
+    from tether.clients import ClientPipeline
+    from tether.context.clearing import ClearOldResults
+
+    model, summary = ScriptedClient(reader), summariser()
+    client = (
+        ClientPipeline(model)
+        .use(ClearOldResults, keep=3, trigger_tokens=9000, target_tokens=4000)
+        .use(CompactHistory, summarizer=summary, trigger_tokens=6000, keep_recent_tokens=1500)
+        .build()
+    )
+    result = await Agent(client, [fetch], limits=Limits(max_turns=100)).run("Read it all.")
+    assert result.outcome.completed
+    assert all(check(r.messages) == [] for r in model.requests)
+    assert all(estimate_tokens(r.messages) <= 6000 for r in model.requests)
+    assert isinstance(client, ClearOldResults) and isinstance(client.inner, CompactHistory)
+    # results stubbed by the outer wrapper do not make compaction start over
+    covered = [c.messages for c in client.inner.compactions]
+    assert len(client.clearings) >= 1 and len(covered) >= 2
+    assert covered == sorted(set(covered)) and len(summary.requests) == len(covered)

@@ -239,7 +239,9 @@ class CompactHistory(DelegatingChatClient):
             return
         n = self._covered
         anchor = self._anchor
-        if len(messages) < n or (messages[n - 1] is not anchor and messages[n - 1] != anchor):
+        if len(messages) < n or (
+            messages[n - 1] is not anchor and _key(messages[n - 1]) != _key(anchor)
+        ):
             self.summary, self._covered, self._anchor = None, 0, None
 
     async def _overflowed(
@@ -263,6 +265,15 @@ class CompactHistory(DelegatingChatClient):
         if isinstance(chunk, ResponseDone):
             return ResponseDone(self._report(chunk.response))
         return chunk
+
+
+def _key(message: Message | None) -> tuple[object, ...]:
+    """What identifies a message across requests: role, text and call ids (a result
+    cleared to a stub by an outer wrapper is still the same message)."""
+    if message is None:
+        return ()
+    ids = tuple(c.id for c in message.tool_calls) + tuple(r.call_id for r in message.tool_results)
+    return (message.role, message.text, ids)
 
 
 def render(
