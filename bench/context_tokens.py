@@ -20,7 +20,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tether.clients import ChatClient
@@ -289,6 +289,21 @@ def render(runs: list[Run]) -> str:
         "",
         *targets(runs),
         "",
+        "## Caveats",
+        "",
+        "- The model is scripted: its accuracy does not degrade with a long context, so the "
+        "benchmark measures tokens, not the quality cost of a full window.",
+        "- The cache is simulated: no minimum cacheable prefix (1,024 tokens on Anthropic and "
+        "OpenAI), no expiry, and every request shares the previous one's cache. Anthropic "
+        "caches only up to explicit breakpoints (the adapter sets one on the newest message, "
+        "so the simulation matches it between clearings; at a clearing or compaction it would "
+        "also miss the short unchanged prefix of stubs) and bills writes at 1.25x: "
+        + anthropic_note(runs)
+        + ".",
+        "- The summariser is scripted to keep non-routine lines; a real summary may drop the "
+        "fact, and the investigator would then search for it again.",
+        "- Tokens are estimated as characters / 4 of the JSON of each message.",
+        "",
     ]
     return "\n".join(lines)
 
@@ -319,6 +334,18 @@ def targets(runs: list[Run]) -> list[str]:
             )
         )
     return out
+
+
+def anthropic_note(runs: list[Run]) -> str:
+    none = runs[0]
+    parts = []
+    for r in runs:
+        bill = billed_input_tokens(
+            replace(r.total, input_tokens=0, cache_write_tokens=r.total.input_tokens),
+            cache_write=1.25,
+        )
+        parts.append(f"{r.name} {bill:,.0f} ({bill / none.raw_input:.1%} of unmanaged sent)")
+    return "billed that way, " + ", ".join(parts)
 
 
 def plot(runs: list[Run], path: Path) -> None:
