@@ -24,6 +24,7 @@ from tether.providers.local import (
     LocalSettings,
     demo_client,
     embedded_model_path,
+    gbnf_pattern,
     local_model_banner,
 )
 
@@ -135,3 +136,21 @@ async def test_streaming_yields_tokens_then_the_response(local: LocalClient) -> 
 def test_threads_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="at least 1"):
         LocalClient(settings=LocalSettings(n_threads=0))
+
+
+def test_patterns_are_rewritten_for_the_llama_cpp_converter() -> None:
+    assert gbnf_pattern(r"^C-\d{4}$") == "^C-[0-9]{4}$"
+    assert gbnf_pattern(r"^\w+\.txt$") == "^[A-Za-z0-9_]+[.]txt$"
+    assert gbnf_pattern(r"^[\d\s]+$") == r"^[0-9 \t\r\n]+$"
+
+
+async def test_a_pattern_llama_cpp_cannot_take_is_dropped_not_fatal(local: LocalClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "string", "pattern": "^(?=a)[a-z]{2}$"}},
+        "required": ["x"],
+    }
+    options = ChatOptions(max_output_tokens=16, extra={JSON_SCHEMA: schema})
+    response = await local.complete([Message.user("Give x.")], [], options)
+    assert response.message.text.startswith("{")
+    assert response.stop_reason.value in ("stop", "length")

@@ -19,7 +19,7 @@ import json
 import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ class LocalSettings:
     """CPU threads for inference; ``None``: ``TETHER_LOCAL_THREADS``, else 1."""
     n_ctx: int = 4096
     """Context window in tokens (prompt plus reply)."""
-    max_output_tokens: int = 512
+    max_output_tokens: int = 256
     """Reply ceiling when the request sets none."""
     temperature: float = 0.0
     """Sampling temperature when the request sets none; 0 is greedy (reproducible)."""
@@ -108,8 +108,8 @@ def local_model_banner(model_path: str | Path | None = None) -> str:
     return (
         f"Offline local model: {name}. It is a small model for trying tether out without "
         "an API key or network; expect weak answers. For a capable model set TETHER_MODEL "
-        "(for example TETHER_MODEL=anthropic:claude-sonnet-4-5 with ANTHROPIC_API_KEY, or "
-        "TETHER_MODEL=openai:gpt-4.1 with OPENAI_API_KEY)."
+        "(for example TETHER_MODEL=anthropic:claude-opus-5-5 with ANTHROPIC_API_KEY, or "
+        "TETHER_MODEL=openai:gpt-5 with OPENAI_API_KEY)."
     )
 
 
@@ -265,14 +265,7 @@ class LocalClient:
     ) -> None:
         base = settings or LocalSettings()
         if model_path is not None:
-            base = LocalSettings(
-                str(model_path),
-                base.n_threads,
-                base.n_ctx,
-                base.max_output_tokens,
-                base.temperature,
-                base.seed,
-            )
+            base = replace(base, model_path=str(model_path))
         self.settings = base
         self.path, self.n_threads = resolve_settings(base)
         self.model_name = self.path.stem
