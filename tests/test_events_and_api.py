@@ -140,3 +140,10 @@ def test_cli_demo_and_lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert "'a' is undocumented" in result.output and "2 error(s)" in result.output
     result = runner.invoke(app, ["lint", "no.such.module:x"])
     assert result.exit_code == 2 and "cannot load" in result.output
+
+
+def test_cli_redteam_reports_zero_effects() -> None:
+    result = CliRunner().invoke(app, ["redteam"])
+    assert result.exit_code == 0, result.output
+    assert "[PASS] seed_ticket" in result.output
+    assert "[FAIL]" not in result.output

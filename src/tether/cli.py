@@ -78,6 +78,16 @@ def _demo_client(spec: str | None) -> ChatClient:
     return client_from_string(spec)
 
 
+@app.command()
+def redteam() -> None:
+    """Run the built-in red-team scenarios with an obedient, hijacked model."""
+    from tether.redteam import run_redteam
+
+    report = run_redteam()
+    console.print(report.render(), markup=False, highlight=False)
+    raise typer.Exit(0 if report.ok else 1)
+
+
 @app.command("lint")
 def lint_command(
     target: Annotated[str, typer.Argument(help="module:attribute naming a tool or a list.")],
