@@ -21,7 +21,9 @@ import pytest
 from tether.guards.sandbox import BubblewrapSandbox, HostExecution, SandboxLimits
 
 LIMITS = SandboxLimits(timeout_seconds=20, memory_bytes=512 << 20, max_processes=64)
-NOBODY = 65534
+SANDBOX_UID = 200_000 + os.getpid() % 100_000
+"""A host uid of its own for this test run: processes are counted by it, unaffected by
+other sandboxes running on the machine, and the process limit is ours alone."""
 
 UNIX_CONNECT = (
     'perl -MSocket -e \'socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die "socket: $!\\n"; '
@@ -40,7 +42,7 @@ def tree(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def sandbox(tree: Path) -> AsyncIterator[BubblewrapSandbox]:
-    box = BubblewrapSandbox(tree, limits=LIMITS)
+    box = BubblewrapSandbox(tree, limits=LIMITS, uid=SANDBOX_UID)
     assert box.available(), "bubblewrap must be installed and able to create namespaces"
     async with box:
         yield box
@@ -69,14 +71,14 @@ def root_secret() -> Callable[[], tuple[Path, str]]:
         path.unlink(missing_ok=True)
 
 
-def nobody_pids() -> set[int]:
-    """Live host processes of the sandbox user (zombies are dead: bwrap leaves its
+def sandbox_pids() -> set[int]:
+    """Live host processes of this run's sandbox user (zombies are dead: bwrap leaves its
     namespace's init for the host's init to reap)."""
     pids = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.stat(f"/proc/{entry}").st_uid != NOBODY:
+                if os.stat(f"/proc/{entry}").st_uid != SANDBOX_UID:
                     continue
                 with open(f"/proc/{entry}/stat") as f:
                     state = f.read().rsplit(")", 1)[1].split()[0]
@@ -154,7 +156,9 @@ async def test_unix_socket_blocked_even_when_mounted(
 ):
     """The seccomp filter, alone: the socket's folder is mounted, connecting still fails."""
     path, server = host_unix_socket
-    box = BubblewrapSandbox(tree, limits=LIMITS, ro_binds=[(str(path.parent), "/hostsock")])
+    box = BubblewrapSandbox(
+        tree, limits=LIMITS, uid=SANDBOX_UID, ro_binds=[(str(path.parent), "/hostsock")]
+    )
     async with box:
         result = await sh(box, f"{UNIX_CONNECT} /hostsock/host.sock")
     assert "socket: Operation not permitted" in result.stderr
@@ -227,7 +231,7 @@ async def test_symlinks_in_the_tree_do_not_lead_out(
         f"cat leak; cat up{secret}; echo pwned > dir/victim.txt; echo pwned > {rel}; "
         "echo pwned > up/tmp/x; ls up/"
     )
-    async with BubblewrapSandbox(src, limits=LIMITS) as box:
+    async with BubblewrapSandbox(src, limits=LIMITS, uid=SANDBOX_UID) as box:
         boxed = await sh(box, command)
     assert token not in boxed.stdout
     assert (outside / "victim.txt").read_text() == "intact\n"
@@ -281,12 +285,12 @@ async def test_no_nested_user_namespace(sandbox: BubblewrapSandbox):
 
 async def test_fork_bomb_is_bounded_and_ends(tree: Path):
     limits = SandboxLimits(timeout_seconds=4, max_processes=48)
-    before = nobody_pids()
+    before = sandbox_pids()
     peak = 0
-    async with BubblewrapSandbox(tree, limits=limits) as box:
+    async with BubblewrapSandbox(tree, limits=limits, uid=SANDBOX_UID) as box:
         task = asyncio.ensure_future(sh(box, ":(){ :|:& };:"))
         while not task.done():
-            peak = max(peak, len(nobody_pids() - before))
+            peak = max(peak, len(sandbox_pids() - before))
             probe = await asyncio.create_subprocess_exec("true")  # the host still forks
             assert await probe.wait() == 0
             await asyncio.sleep(0.05)
@@ -294,7 +298,7 @@ async def test_fork_bomb_is_bounded_and_ends(tree: Path):
     assert result.duration_seconds < limits.timeout_seconds + 3
     assert peak <= limits.max_processes + 3  # the two bwrap processes and a spare
     await asyncio.sleep(0.2)
-    assert nobody_pids() - before == set()
+    assert sandbox_pids() - before == set()
 
 
 async def test_memory_bomb_hits_the_address_space_limit(sandbox: BubblewrapSandbox):
@@ -305,25 +309,25 @@ async def test_memory_bomb_hits_the_address_space_limit(sandbox: BubblewrapSandb
 
 
 async def test_cpu_loop_is_killed_at_the_timeout(sandbox: BubblewrapSandbox):
-    before = nobody_pids()
+    before = sandbox_pids()
     started = time.monotonic()
     result = await sh(sandbox, "echo start; while :; do :; done", timeout=1.0)
     assert result.timed_out and result.exit_code != 0
     assert result.stdout.startswith("start")
     assert time.monotonic() - started < 3
     assert "wall timeout" in result.to_text()
-    assert nobody_pids() - before == set()
+    assert sandbox_pids() - before == set()
 
 
 async def test_cancellation_kills_everything(sandbox: BubblewrapSandbox):
-    before = nobody_pids()
+    before = sandbox_pids()
     task = asyncio.ensure_future(sh(sandbox, "sleep 60 & sleep 60 & wait"))
     await asyncio.sleep(0.5)
-    assert nobody_pids() - before
+    assert sandbox_pids() - before
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert nobody_pids() - before == set()
+    assert sandbox_pids() - before == set()
 
 
 async def test_setsid_grandchild_does_not_outlive_the_command(
@@ -333,11 +337,11 @@ async def test_setsid_grandchild_does_not_outlive_the_command(
         "setsid bash -c 'sleep 1; echo escaped > late.txt' </dev/null >/dev/null 2>&1 &"
         " sleep 0.3; echo started"
     )
-    before = nobody_pids()
+    before = sandbox_pids()
     boxed = await sh(sandbox, late)
     control = await sh(host, late)
     assert "started" in boxed.stdout and "started" in control.stdout
-    assert nobody_pids() - before == set()
+    assert sandbox_pids() - before == set()
     await asyncio.sleep(2)
     assert not (sandbox.work.path / "late.txt").exists()
     assert (host.work.path / "late.txt").read_text() == "escaped\n"  # the control escaped
