@@ -15,6 +15,7 @@ thread, one request at a time per loaded model.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import threading
@@ -147,8 +148,19 @@ def load_model(path: Path, n_threads: int, n_ctx: int) -> LoadedModel:
                 )
             except (ValueError, RuntimeError, OSError) as exc:
                 raise ConfigError(f"cannot load the model file {path}: {exc}") from exc
+            if not _MODELS:
+                atexit.register(close_models)
             loaded = _MODELS[key] = LoadedModel(llama, path)
         return loaded
+
+
+def close_models() -> None:
+    """Free every loaded model (run at exit, before llama.cpp's bindings are torn down)."""
+    with _MODELS_LOCK:
+        for loaded in _MODELS.values():
+            with loaded.lock:
+                loaded.llama.close()
+        _MODELS.clear()
 
 
 def _import_llama_cpp() -> Any:
