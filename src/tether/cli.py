@@ -88,6 +88,17 @@ def redteam() -> None:
     raise typer.Exit(0 if report.ok else 1)
 
 
+@app.command("serve-local")
+def serve_local_command(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+) -> None:
+    """Serve the embedded model over an OpenAI-compatible HTTP API (/v1/chat/completions)."""
+    from tether.providers.local_server import serve_local
+
+    serve_local(host, port)
+
+
 @app.command("lint")
 def lint_command(
     target: Annotated[str, typer.Argument(help="module:attribute naming a tool or a list.")],

@@ -13,7 +13,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from tether.clients import ChatClient
+from tether.clients import ChatClient, ChatOptions
+from tether.limits import Limits
 from tether.loop import Agent
 from tether.messages import Message
 from tether.outcomes import RunResult
@@ -37,7 +38,9 @@ ORDERS = {"C-1042": Order("C-1042", "expediee", 89.90), "C-2210": Order("C-2210"
 
 @tool(name="lire_commande", thread=False)
 def read_order(
-    numero: Annotated[str, Field(pattern=ORDER_PATTERN, description="Order number, like C-1234.")],
+    numero: Annotated[
+        str, Field(pattern=ORDER_PATTERN, description="Order number: C- then four digits.")
+    ],
 ) -> Order:
     """Read an order's state: shipping status and amount paid. Use it when the customer
     asks where an order is. It changes nothing. It never returns the address or the
@@ -67,13 +70,23 @@ def demo_script(messages: Sequence[Message]) -> str | object:
     return text_reply(f"Voici l'etat de votre commande : {result.content}")
 
 
+DEMO_INSTRUCTIONS = (
+    "You are a customer-support agent. Look the order up with lire_commande, then answer "
+    "in one short sentence that gives the order's status (statut) and amount (montant)."
+)
+DEMO_LIMITS = Limits(max_turns=4, max_wall_seconds=120)
+"""Tight bounds: the demo needs two turns (look the order up, answer)."""
+
+
 def demo_agent(client: ChatClient | None = None) -> Agent[None]:
     """The demo agent; the scripted model unless ``client`` is given."""
     tools: list[FunctionTool] = [read_order]
     return Agent(
         client or ScriptedClient(demo_script),  # type: ignore[arg-type]
         tools,
-        instructions="You are a customer-support agent. Answer from tool results only.",
+        instructions=DEMO_INSTRUCTIONS,
+        limits=DEMO_LIMITS,
+        options=ChatOptions(max_output_tokens=128),
     )
 
 

@@ -107,3 +107,10 @@ async def test_a_resolved_client_talks_to_its_server(server: FakeProvider) -> No
     await client.aclose()
     headers = server.requests[0].headers
     assert "sk-from-env" in (headers.get("x-api-key", "") + headers.get("authorization", ""))
+
+
+def test_local_spec_gives_a_client_that_can_call_tools() -> None:
+    from tether.constrained import ConstrainedToolCalling
+
+    client = client_from_string("local", {})
+    assert isinstance(client, ConstrainedToolCalling)

@@ -30,7 +30,8 @@ Factory: TypeAlias = Callable[[str, "str | None", Mapping[str, str]], ChatClient
 PROVIDERS: dict[str, Factory] = {}
 """The registry: provider prefix -> factory. Built-ins register here like plugins."""
 
-LOCAL_CLIENT = "tether.providers.local:LocalClient"
+LOCAL_CLIENT = "tether.providers.local:demo_client"
+"""The embedded model wrapped in constrained tool calling (a bare model cannot call tools)."""
 
 
 def register(name: str, factory: Factory, *, replace: bool = False) -> None:
@@ -116,7 +117,7 @@ def _local(model: str, url: str | None, env: Mapping[str, str]) -> ChatClient:
         cls: Any = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(
-            f"the local model is not installed ({exc}); install tether with its local extra"
+            f"the local model is not installed ({exc}); run `uv sync` to install llama-cpp-python"
         ) from exc
     client: ChatClient = cls(model) if model else cls()
     return client
