@@ -306,8 +306,8 @@ class Agent(Generic[DepsT]):
         decisions: Mapping[str, Decision] | None,
         ready: Sequence[ToolResult],
     ) -> RunResult | None:
-        done = {r.call_id: r for r in ready}
-        todo = [c for c in calls if c.id not in done]
+        done = {r.call_id: r for r in ready} if ready else {}
+        todo = [c for c in calls if c.id not in done] if done else calls
         deps, run_id, turn, usage = run.deps, run.run_id, run.turns, run.usage
 
         def add_usage(extra: Usage) -> None:
@@ -317,6 +317,8 @@ class Agent(Generic[DepsT]):
             return RunContext(deps, run_id, call, turn, usage, add_usage)
 
         outcome = await invoker.run_turn(todo, make_ctx, run.turns, decisions)
+        if not done and not outcome.pending:  # the common case: every call ran just now
+            return self._record_results(run, outcome.results)  # type: ignore[arg-type]
         for call, result in zip(todo, outcome.results, strict=True):
             if result is not None:
                 done[call.id] = result
@@ -335,9 +337,16 @@ class Agent(Generic[DepsT]):
             return self._finish(
                 run, Outcome("awaiting_approval", f"waiting for approval of {names}"), state
             )
-        results = [done[c.id] for c in calls]
-        self._append(run, Message.results(results))
-        if all(r.is_error for r in results):
+        return self._record_results(run, [done[c.id] for c in calls])
+
+    def _record_results(self, run: _Run, results: list[ToolResult]) -> RunResult | None:
+        """Append one turn's results; end the run after too many all-failing turns."""
+        self._append(run, Message("tool", tuple(results)))
+        for r in results:
+            if not r.is_error:
+                run.consecutive_errors = 0
+                return None
+        if results:
             run.consecutive_errors += 1
             if run.consecutive_errors >= self.limits.max_consecutive_errors:
                 return self._finish(
@@ -349,8 +358,6 @@ class Agent(Generic[DepsT]):
                         "tool_errors",
                     ),
                 )
-        else:
-            run.consecutive_errors = 0
         return None
 
     # --- helpers ------------------------------------------------------------------------

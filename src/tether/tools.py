@@ -141,6 +141,7 @@ class FunctionTool(Tool):
         self._validation_error = ValidationError
         model, ctx_param, docs = _arguments_model(func, tool_name)
         self._model = model
+        self._validate = model.__pydantic_validator__.validate_python
         self._ctx_param = ctx_param
         text = description if description is not None else docs
         if not text:
@@ -154,7 +155,7 @@ class FunctionTool(Tool):
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         try:
-            parsed = self._model.model_validate(arguments)
+            parsed = self._validate(arguments)
         except self._validation_error as exc:
             raise InvalidArguments(self.spec.name, _describe_errors(exc)) from None
         kwargs = dict(parsed.__dict__)
