@@ -390,3 +390,20 @@ async def test_timed_out_tool_span_is_marked_cancelled(
     (span,) = by_name(exporter.get_finished_spans(), "execute_tool")
     assert dict(span.attributes or {})["error.type"] == "cancelled"
     assert span.status.status_code == StatusCode.ERROR
+
+
+def test_adapters_name_their_provider_for_tracing() -> None:
+    from tether.observe import TracingChatClient
+    from tether.providers.anthropic import AnthropicClient
+    from tether.providers.local import LocalClient
+    from tether.providers.openai_chat import OpenAIChatClient
+    from tether.providers.openai_responses import OpenAIResponsesClient
+
+    pairs = [
+        (AnthropicClient("m", api_key="k"), "anthropic"),
+        (OpenAIResponsesClient("m", api_key="k"), "openai"),
+        (OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", api_key="k"), "openai"),
+        (LocalClient(), "llama.cpp"),
+    ]
+    for client, name in pairs:
+        assert TracingChatClient(client).provider_name == name

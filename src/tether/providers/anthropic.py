@@ -48,6 +48,9 @@ class AnthropicClient(BaseChatClient):
     ``cache=False`` sends no ``cache_control`` breakpoints.
     """
 
+    provider_name = "anthropic"
+    """The GenAI semantic-convention provider name, read by tracing."""
+
     def __init__(
         self,
         model: str,

@@ -270,6 +270,9 @@ class LocalClient:
     ``options.extra["json_schema"]`` constrains its reply by grammar.
     """
 
+    provider_name = "llama.cpp"
+    """The GenAI semantic-convention provider name, read by tracing."""
+
     supports_json_schema = True
 
     def __init__(

@@ -43,6 +43,9 @@ class OpenAIChatClient(BaseChatClient):
     streaming (``stream_options.include_usage``).
     """
 
+    provider_name = "openai"
+    """The GenAI semantic-convention provider name, read by tracing."""
+
     def __init__(
         self,
         model: str,

@@ -46,6 +46,9 @@ class OpenAIResponsesClient(BaseChatClient):
     stateless requests otherwise lose.
     """
 
+    provider_name = "openai"
+    """The GenAI semantic-convention provider name, read by tracing."""
+
     def __init__(
         self,
         model: str,
