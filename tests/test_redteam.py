@@ -75,22 +75,23 @@ async def test_parallel_refunds_are_stopped_by_the_cumulative_rule_not_the_appro
 def test_refund_desk_rule_holds_under_concurrent_threads() -> None:
     log = EffectLog()
     desk = RefundDesk({"C-1": 100.0}, {"C-1"}, log)
-    outcomes: list[str] = []
+    outcomes: dict[str, str] = {}
 
-    def attempt(n: int) -> None:
+    def attempt(key: str) -> None:
         try:
-            outcomes.append(desk.refund("C-1", 30.0, f"k{n}"))
+            outcomes[key] = desk.refund("C-1", 30.0, key)
         except ToolFailure as exc:
-            outcomes.append(str(exc))
+            outcomes[key] = str(exc)
 
-    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(8)]
+    threads = [threading.Thread(target=attempt, args=(f"k{n}",)) for n in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert desk.refunded("C-1") == 90.0
-    assert sum(o.startswith("Refunded") for o in outcomes) == 3
-    assert desk.refund("C-1", 5.0, "k0").startswith("Already done")  # idempotent replay
+    done = [key for key, text in outcomes.items() if text.startswith("Refunded")]
+    assert len(done) == 3
+    assert desk.refund("C-1", 5.0, done[0]).startswith("Already done")  # idempotent replay
     assert desk.refunded("C-1") == 90.0
 
 

@@ -72,13 +72,14 @@ class Invoker:
         """Run ``calls`` (concurrently, bounded) and return one entry per call."""
         pending: list[PendingApproval] = []
         slots: list[ToolResult | None] = [None] * len(calls)
-        runnable: list[tuple[int, ToolCall, Tool | None]] = []
+        runnable: list[tuple[int, ToolCall, Tool | None, RunContext[Any]]] = []
         for i, call in enumerate(calls):
             tool = self._tools.get(call.name)
-            if tool is not None and tool.requires_approval and not call.malformed:
+            ctx = make_ctx(call)
+            if tool is not None and not call.malformed and tool.needs_approval(call.arguments, ctx):
                 decision = (decisions or {}).get(call.id)
                 if decision is None:
-                    pending.append(self._pending(call, tool, make_ctx(call)))
+                    pending.append(self._pending(call, tool, ctx))
                     continue
                 if decision.arguments_hash != arguments_hash(call.arguments):
                     raise StateError(
@@ -89,18 +90,18 @@ class Invoker:
                     reason = f" Reason: {decision.reason}" if decision.reason else ""
                     slots[i] = ToolResult(call.id, REFUSED + reason, is_error=True)
                     continue
-            runnable.append((i, call, tool))
+            runnable.append((i, call, tool, ctx))
         if len(runnable) == 1:
-            i, call, tool = runnable[0]
+            i, call, tool, ctx = runnable[0]
             if self._emit is None:  # the common case: one call, nobody listening
-                slots[i] = await self._execute(call, tool, make_ctx)
+                slots[i] = await self._execute(call, tool, ctx)
             else:
-                slots[i] = await self._one(call, tool, make_ctx, turn)
+                slots[i] = await self._one(call, tool, ctx, turn)
         elif runnable:
             done = await asyncio.gather(
-                *(self._bounded(call, tool, make_ctx, turn) for _, call, tool in runnable)
+                *(self._bounded(call, tool, ctx, turn) for _, call, tool, ctx in runnable)
             )
-            for (i, _, _), result in zip(runnable, done, strict=True):
+            for (i, _, _, _), result in zip(runnable, done, strict=True):
                 slots[i] = result
         return TurnOutcome(slots, pending)
 
@@ -122,26 +123,26 @@ class Invoker:
         self,
         call: ToolCall,
         tool: Tool | None,
-        make_ctx: Callable[[ToolCall], RunContext[Any]],
+        ctx: RunContext[Any],
         turn: int,
     ) -> ToolResult:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self._limits.max_concurrency)
         async with self._semaphore:
-            return await self._one(call, tool, make_ctx, turn)
+            return await self._one(call, tool, ctx, turn)
 
     async def _one(
         self,
         call: ToolCall,
         tool: Tool | None,
-        make_ctx: Callable[[ToolCall], RunContext[Any]],
+        ctx: RunContext[Any],
         turn: int,
     ) -> ToolResult:
         emit = self._emit
         started = time.perf_counter() if emit else 0.0
         if emit:
             emit(ToolCallStarted(turn, call))
-        result = await self._execute(call, tool, make_ctx)
+        result = await self._execute(call, tool, ctx)
         if emit:
             emit(ToolCallFinished(turn, call, result, time.perf_counter() - started))
         return result
@@ -150,7 +151,7 @@ class Invoker:
         self,
         call: ToolCall,
         tool: Tool | None,
-        make_ctx: Callable[[ToolCall], RunContext[Any]],
+        ctx: RunContext[Any],
     ) -> ToolResult:
         if tool is None:
             names = ", ".join(sorted(self._tools)) or "none"
@@ -169,10 +170,10 @@ class Invoker:
         limits = self._limits
         try:
             if limits.tool_timeout_seconds is None:
-                text = await tool.invoke(call.arguments, make_ctx(call))
+                text = await tool.invoke(call.arguments, ctx)
             else:
                 async with asyncio.timeout(limits.tool_timeout_seconds):
-                    text = await tool.invoke(call.arguments, make_ctx(call))
+                    text = await tool.invoke(call.arguments, ctx)
         except ToolFailure as exc:
             return ToolResult(call.id, cap_text(str(exc), limits.max_result_chars), True)
         except TimeoutError:

@@ -84,6 +84,14 @@ class Tool:
         """Validate ``arguments``, run the tool and return its result as text."""
         raise NotImplementedError
 
+    def needs_approval(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> bool:
+        """Whether this call waits for a human decision (the loop then defers it).
+
+        By default ``requires_approval``; a wrapper can decide per call, for instance when
+        the arguments carry values that came from untrusted content.
+        """
+        return self.requires_approval
+
     def approval_context(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
         """What a human approver needs beyond the call itself (JSON-ready); none by default."""
         return None
@@ -99,6 +107,9 @@ class DelegatingTool(Tool):
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         return await self.inner.invoke(arguments, ctx)
+
+    def needs_approval(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> bool:
+        return self.requires_approval or self.inner.needs_approval(arguments, ctx)
 
     def approval_context(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
         return self.inner.approval_context(arguments, ctx)

@@ -147,3 +147,28 @@ async def test_deferred_approval_shows_the_taint_and_rebuild_restores_it() -> No
     fresh = TaintTracker()  # another process: rebuilt from the transcript
     fresh.rebuild(result.run_id, result.transcript)
     assert fresh.find(result.run_id, ATTACKER)
+
+
+async def test_defer_action_asks_a_human_only_for_tainted_calls() -> None:
+    # an untainted recipient: no approval, the mail goes at once
+    untainted = await mail_agent(TaintTracker(), CUSTOMER, action="defer").run("q")
+    assert untainted.outcome.kind == "completed"
+    assert sent == [(CUSTOMER, "hi")]
+    sent.clear()
+    # the attacker's address from the ticket: the run waits for a human
+    tracker = TaintTracker()
+    agent = mail_agent(tracker, ATTACKER, action="defer")
+    first = await agent.run("q")
+    assert first.outcome.kind == "awaiting_approval"
+    assert sent == []
+    (pending,) = first.pending
+    assert pending.context == {"tainted": {"to": {ATTACKER: "ticket:T-17"}}}
+    refused = await agent.resume(first.state.to_json(), [pending.deny("not ours")])  # type: ignore[union-attr]
+    assert sent == []
+    assert "Refused by the user" in refused.transcript[4].tool_results[0].content
+    again = mail_agent(tracker, ATTACKER, action="defer")
+    approved = await again.run("q")
+    (pending,) = approved.pending
+    done = await again.resume(approved.state, [pending.approve()])  # type: ignore[arg-type]
+    assert done.outcome.kind == "completed"
+    assert sent == [(ATTACKER, "hi")]  # a human decided, knowing where the address came from

@@ -156,6 +156,10 @@ class InlineApproval(DelegatingTool):
         self.approver = approver
         self.timeout = timeout
 
+    def needs_approval(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> bool:
+        """Never deferred: the approver is asked inside the call."""
+        return False
+
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         try:
             context = self.inner.approval_context(arguments, ctx)

@@ -212,8 +212,11 @@ class TaintPolicy(DelegatingTool):
     """Denies (or sends to an approver) a call whose arguments carry tainted values.
 
     ``fields`` limits the check to some arguments (all by default). With
-    ``action="approve"``, ``approver`` decides, shown the tainted values and their source;
-    no answer within ``timeout`` is a refusal.
+    ``action="approve"``, ``approver`` decides inside the call, shown the tainted values and
+    their source; no answer within ``timeout`` is a refusal. With ``action="defer"``, a call
+    carrying tainted values ends the run as ``awaiting_approval`` (the tainted values are in
+    the approval context) and runs only once a human approves it on resume; untainted calls
+    run at once.
     """
 
     def __init__(
@@ -222,7 +225,7 @@ class TaintPolicy(DelegatingTool):
         tracker: TaintTracker,
         *,
         fields: Collection[str] | None = None,
-        action: Literal["deny", "approve"] = "deny",
+        action: Literal["deny", "approve", "defer"] = "deny",
         approver: Approver | None = None,
         timeout: float | None = 300.0,
     ) -> None:
@@ -260,8 +263,13 @@ class TaintPolicy(DelegatingTool):
             return {**base, "tainted": tainted}
         return {"tool": base, "tainted": tainted}
 
+    def needs_approval(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> bool:
+        if self.action == "defer" and self.report(arguments, ctx):
+            return True
+        return super().needs_approval(arguments, ctx)
+
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
-        tainted = self.report(arguments, ctx)
+        tainted = self.report(arguments, ctx) if self.action != "defer" else None
         if tainted:
             name, hits = next(iter(tainted.items()))
             value, source = next(iter(hits.items()))
