@@ -101,6 +101,20 @@ async def test_overflow_compacts_and_retries_once() -> None:
     assert SUMMARY_HEADER in retried[0].text and check(retried) == []
 
 
+async def test_a_context_stop_reason_compacts_and_retries_once() -> None:
+    model = ScriptedClient(reader)
+    faulty = FaultyClient(model, {12: "context_stop"})  # a reply cut by a full window
+    compact = CompactHistory(faulty, summarizer=summariser(), trigger_tokens=10**6)
+    result = await Agent(compact, [fetch], limits=Limits(max_turns=100)).run("Read it all.")
+    assert result.outcome.completed
+    assert [c.reason for c in compact.compactions] == ["overflow"]
+    retried = model.requests[11].messages
+    assert SUMMARY_HEADER in retried[0].text and check(retried) == []
+    # the cut reply was not kept; its usage was (one more request than the model served)
+    assert all(m.text != "The context" for m in result.transcript)
+    assert result.usage.requests == len(model.requests) + 1 + 1  # + the cut reply + summary
+
+
 async def test_a_second_overflow_is_not_retried_again() -> None:
     model = ScriptedClient(reader)
     faulty = FaultyClient(model, {12: "context_exceeded", 13: "context_exceeded"})

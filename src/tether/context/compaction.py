@@ -121,7 +121,25 @@ class CompactHistory(DelegatingChatClient):
                 raise
             edited = await self._overflowed(messages, tools, options)
             response = await self.inner.complete(edited, tools, sent)
+        else:
+            if response.stop_reason.context_exceeded and not self.server_side:
+                response = await self._retry_after_stop(messages, tools, options, response)
         return self._report(response)
+
+    async def _retry_after_stop(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        options: ChatOptions,
+        response: ChatResponse,
+    ) -> ChatResponse:
+        """The reply stopped on a full window: compact and ask once more (its usage is
+        still billed); with nothing left to compact, the reply stands."""
+        edited = await self.compact(messages, tools, options, "overflow")
+        if edited is None:
+            return response
+        self._unreported = self._unreported + response.usage
+        return await self.inner.complete(edited, tools, options)
 
     async def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
