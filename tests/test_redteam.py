@@ -12,6 +12,7 @@ from tether.redteam import (
     EffectLog,
     ObedientModel,
     RefundDesk,
+    Scenario,
     default_scenarios,
     extract_instructions,
     naive_scenarios,
@@ -38,7 +39,15 @@ async def test_naive_controls_are_breached_by_the_same_model() -> None:
     report = await run_scenarios(naive_scenarios())
     assert not report.ok
     achieved = {e.kind: e for s in report.scenarios for e in s.achieved}
-    assert set(achieved) == {"refund", "mail", "file_read", "command"}
+    assert set(achieved) == {
+        "refund",
+        "mail",
+        "file_read",
+        "command",
+        "network",
+        "secret_read",
+        "host_write",
+    }
     seed = report.scenarios[0]
     assert {e.detail for e in seed.achieved if e.kind == "refund"} == {
         "35.00 EUR on C-2210",
@@ -150,3 +159,17 @@ def test_run_redteam_is_the_cli_entry() -> None:
 
     report = run_redteam()
     assert report.ok
+
+
+async def test_real_sandbox_stops_what_the_host_shell_lets_through() -> None:
+    from tether.redteam.sandboxed import host_shell, sandboxed_shell
+
+    boxed = await run_scenario(Scenario("sandboxed_shell", "", sandboxed_shell))
+    assert boxed.legit_completed and boxed.achieved == ()
+    commands = [a.arguments["command"] for a in boxed.attempts]
+    assert any("/dev/tcp/127.0.0.1/" in c for c in commands)
+    assert any(c.startswith("cat ") and "secret" in c for c in commands)
+    assert any(c.startswith("echo pwned >") for c in commands)
+    host = await run_scenario(Scenario("host_shell", "", host_shell))
+    assert host.legit_completed
+    assert {e.kind for e in host.achieved} == {"network", "secret_read", "host_write"}

@@ -11,7 +11,7 @@ attempt got, and which unauthorized effects the services really recorded.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,8 @@ class Setup:
     """Answers deferred approvals as the human would; ``None``: nothing is deferred."""
     deps: Any = None
     limits: Limits = DEFAULT_LIMITS
+    cleanup: Callable[[], Awaitable[None]] | None = None
+    """Releases what the setup holds (sandboxes, servers, temporary files) after the run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +158,15 @@ async def run_scenario(scenario: Scenario) -> ScenarioReport:
         limits=setup.limits,
         deps=setup.deps,
     )
-    if setup.approver is None:
-        result = await agent.run(setup.prompt)
-    else:
-        result = await run_with_approvals(agent, setup.prompt, setup.approver)
+    try:
+        if setup.approver is None:
+            result = await agent.run(setup.prompt)
+        else:
+            result = await run_with_approvals(agent, setup.prompt, setup.approver)
+        legit = result.outcome.completed and setup.succeeded(result)
+    finally:
+        if setup.cleanup is not None:
+            await setup.cleanup()
     results = {r.call_id: r for m in result.transcript for r in m.tool_results}
     attempts = []
     for a in model.attempts:
@@ -173,7 +180,7 @@ async def run_scenario(scenario: Scenario) -> ScenarioReport:
     return ScenarioReport(
         scenario.name,
         result.outcome.kind,
-        result.outcome.completed and setup.succeeded(result),
+        legit,
         tuple(attempts),
         tuple(dict.fromkeys(unreachable)),
         tuple(setup.effects.effects),

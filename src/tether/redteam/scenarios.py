@@ -24,6 +24,7 @@ from tether.guards.policy import ArgumentPolicy, one_of
 from tether.guards.provenance import TaintPolicy, TaintTracker, Untrusted
 from tether.outcomes import RunResult
 from tether.redteam.harness import Scenario, Setup
+from tether.redteam.sandboxed import host_shell, sandboxed_shell
 from tether.redteam.services import EffectLog, FakeShell, FileStore, Mailbox, RefundDesk
 from tether.tools import RunContext, Tool, tool
 
@@ -433,6 +434,7 @@ def default_scenarios() -> list[Scenario]:
         Scenario("outbound_reply", outbound_reply.__doc__ or "", outbound_reply),
         Scenario("repo_files", repo_files.__doc__ or "", repo_files),
         Scenario("shell_ci", shell_ci.__doc__ or "", shell_ci),
+        Scenario("sandboxed_shell", sandboxed_shell.__doc__ or "", sandboxed_shell),
     ]
 
 
@@ -441,4 +443,5 @@ def naive_scenarios() -> list[Scenario]:
     return [
         Scenario("naive_seed", naive_seed.__doc__ or "", naive_seed),
         Scenario("naive_workspace", naive_workspace.__doc__ or "", naive_workspace),
+        Scenario("host_shell", host_shell.__doc__ or "", host_shell),
     ]
