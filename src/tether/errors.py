@@ -1,12 +1,16 @@
 """The one exception tree of tether.
 
 Foreign exceptions (SDKs, transports) are translated at the seam with ``raise X from exc``
-and never escape a provider adapter.
+and never escape a provider adapter. Two subclasses live beside the code that raises them
+and are drawn here so the whole tree is in one place.
 
 ::
 
     TetherError
     ├── ConfigError              bad configuration: missing key, unknown model, bad limits
+    │   └── SandboxUnavailable       no isolation here (tether.guards.sandbox)
+    ├── MCPToolError             an MCP server could not be reached or answered badly
+    │                                (tether.mcp; shown to the model as a generic failure)
     ├── ProviderError            the model provider failed; ``kind`` says how
     │   └── ContextWindowExceeded    the request does not fit in the model's window
     ├── ToolDefinitionError      a function cannot become a tool
