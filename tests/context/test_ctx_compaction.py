@@ -231,6 +231,8 @@ def test_server_side_compaction_needs_an_adapter_that_round_trips_blocks() -> No
         default_headers={"anthropic-beta": "compact-2026-01-12"},
     )
     adapter = AnthropicClient("claude-test", sdk=sdk)
+    CompactHistory(adapter, server_side=True)  # this adapter sends compaction blocks back
+    adapter.round_trips_compaction = False  # type: ignore[misc]  # one that would not
     with pytest.raises(ConfigError, match="compaction blocks"):
         CompactHistory(adapter, server_side=True)
     with pytest.raises(ConfigError, match="Anthropic adapter"):
@@ -244,7 +246,6 @@ async def test_server_side_compaction_sets_the_edit_when_supported() -> None:
         default_headers={"anthropic-beta": "compact-2026-01-12"},
     )
     adapter = AnthropicClient("claude-test", sdk=sdk)
-    adapter.round_trips_compaction = True  # type: ignore[attr-defined]
     compact = CompactHistory(adapter, server_side=True, trigger_tokens=150_000)
     history = [Message.user("go")]
     sent, options = await compact.prepare(history, [], ChatOptions())

@@ -423,3 +423,73 @@ def test_thinking_blocks_are_sent_back_before_the_calls() -> None:
     assert isinstance(reply.message.parts[0], ToolCall) and not isinstance(
         reply.message.parts[0], Text
     )
+
+
+def test_provider_only_blocks_are_sent_back_verbatim_and_in_place() -> None:
+    from tether.providers.anthropic import parse_message
+
+    compaction = {"type": "compaction", "content": "Summary of the earlier turns."}
+    server_call = {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}}
+    server_result = {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []}
+    data = a_message(
+        compaction,
+        {"type": "text", "text": "Searching."},
+        server_call,
+        server_result,
+        a_call("t1", "lire_commande", numero="C-1042"),
+        stop="tool_use",
+    )
+    reply = parse_message(data)
+    assert [type(p).__name__ for p in reply.message.parts] == ["Text", "ToolCall"]
+    history = [Message.user("q"), reply.message, Message.results([ToolResult("t1", "ok")])]
+    body = AnthropicClient("m", api_key="k", cache=False).request_body(history, [], ChatOptions())
+    sent = body["messages"][1]["content"]
+    assert [b["type"] for b in sent] == [
+        "compaction",
+        "text",
+        "server_tool_use",
+        "web_search_tool_result",
+        "tool_use",
+    ]
+    assert sent[0] == compaction and sent[2] == server_call and sent[3] == server_result
+    # and the whole state survives a JSON round trip (a resumed run sends them back too)
+    from tether.messages import dumps_history, loads_history
+
+    again = AnthropicClient("m", api_key="k", cache=False).request_body(
+        loads_history(dumps_history(history)), [], ChatOptions()
+    )
+    assert again["messages"][1]["content"] == sent
+
+
+def test_streamed_compaction_block_is_assembled_and_kept() -> None:
+    from tether.providers.anthropic import _StreamAssembler, parse_message
+
+    events = [
+        {"type": "message_start", "message": {"role": "assistant", "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "compaction"}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "compaction_delta", "content": "Summary ", "encrypted_content": "e1"},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "compaction_delta", "content": "of the past."},
+        },
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
+    ]
+    assembler = _StreamAssembler()
+    for event in events:
+        assembler.feed(event)
+    reply = parse_message(assembler.message())
+    assert reply.message.text == "Hi"
+    history = [Message.user("q"), reply.message]
+    body = AnthropicClient("m", api_key="k", cache=False).request_body(history, [], ChatOptions())
+    assert body["messages"][1]["content"][0] == {
+        "type": "compaction",
+        "content": "Summary of the past.",
+        "encrypted_content": "e1",
+    }

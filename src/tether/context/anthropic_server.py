@@ -13,8 +13,9 @@ body). The beta header must be on the SDK client given to the adapter::
     client = AnthropicClient(model, sdk=sdk)
 
 Context editing keeps the history client-side, so nothing more is needed. Compaction
-returns a ``compaction`` block that must be sent back in place of the turns it summarises;
-an adapter that does this says so with ``round_trips_compaction = True``. This module only
+returns a ``compaction`` block that must be sent back verbatim in the next requests; an
+adapter that does this (tether's Anthropic adapter does) says so with
+``round_trips_compaction = True``. This module only
 builds options and checks the adapter; it imports no SDK.
 """
 
@@ -78,7 +79,7 @@ def require_server_side(client: ChatClient, beta: str, *, compaction: bool = Fal
         )
     if compaction and not getattr(adapter, "round_trips_compaction", False):
         raise ConfigError(
-            "the Anthropic adapter does not send compaction blocks back yet, so server-side "
+            "this Anthropic adapter does not send compaction blocks back, so server-side "
             "compaction would summarise again on every request; use server_side=False"
         )
 

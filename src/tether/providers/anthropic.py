@@ -32,8 +32,10 @@ from tether.tools import ToolSpec
 
 PROVIDER = "anthropic"
 DEFAULT_MAX_TOKENS = 4096
-THINKING_KEY = "anthropic_thinking"
-"""Message metadata key holding thinking blocks, sent back before the text and calls."""
+BLOCKS_KEY = "anthropic_blocks"
+"""Message metadata key holding the reply's provider-only blocks (thinking, redacted
+thinking, compaction, server tool use and results), each with ``at``, the number of text
+and tool-call blocks before it, so they are sent back verbatim and in place."""
 
 _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 WireMessage = tuple[str, tuple[dict[str, Any], ...]]
@@ -50,6 +52,8 @@ class AnthropicClient(BaseChatClient):
 
     provider_name = "anthropic"
     """The GenAI semantic-convention provider name, read by tracing."""
+    round_trips_compaction = True
+    """Compaction blocks come back in the message metadata and are sent again in place."""
 
     def __init__(
         self,
@@ -200,17 +204,28 @@ def _convert_message(message: Message) -> WireMessage:
     """One tether message as (role, content blocks); tool results always come first."""
     blocks = [b for b in (_part_to_block(p) for p in message.parts) if b is not None]
     if message.role == "assistant":
-        thinking = [dict(b) for b in message.metadata.get(THINKING_KEY, ())]
-        return "assistant", (*thinking, *blocks)
+        kept = message.metadata.get(BLOCKS_KEY)
+        return "assistant", tuple(_in_place(blocks, kept) if kept else blocks)
     results = [b for b in blocks if b["type"] == "tool_result"]
     rest = [b for b in blocks if b["type"] != "tool_result"]
     return "user", (*results, *rest)
 
 
+def _in_place(blocks: list[dict[str, Any]], kept: Any) -> list[dict[str, Any]]:
+    """``blocks`` with each kept provider-only block put back where it came."""
+    out: list[dict[str, Any]] = []
+    pending = list(kept)
+    for index, block in enumerate(blocks):
+        out.extend(dict(e["block"]) for e in pending if int(e["at"]) == index)
+        out.append(block)
+    out.extend(dict(e["block"]) for e in pending if int(e["at"]) >= len(blocks))
+    return out
+
+
 def parse_message(data: Mapping[str, Any]) -> ChatResponse:
     """A :class:`ChatResponse` from a Messages API response body."""
     parts: list[Text | ToolCall] = []
-    thinking: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
     for block in data.get("content") or ():
         kind = block.get("type")
         if kind == "text":
@@ -223,9 +238,9 @@ def parse_message(data: Mapping[str, Any]) -> ChatResponse:
                 parts.append(ToolCall(block["id"], block["name"], value))
             else:
                 parts.append(ToolCall(block["id"], block["name"], {}, json.dumps(value)))
-        elif kind in ("thinking", "redacted_thinking"):
-            thinking.append(dict(block))
-    metadata = {THINKING_KEY: thinking} if thinking else {}
+        else:  # provider-only: keep it to send back as it came
+            kept.append({"at": len(parts), "block": dict(block)})
+    metadata = {BLOCKS_KEY: kept} if kept else {}
     message = Message("assistant", tuple(parts), metadata)
     usage = data.get("usage") or {}
     return ChatResponse(
@@ -297,6 +312,11 @@ class _StreamAssembler:
             block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
         elif kind == "signature_delta":
             block["signature"] = str(delta.get("signature", ""))
+        elif kind == "compaction_delta":
+            if delta.get("content") is not None:
+                block["content"] = (block.get("content") or "") + str(delta["content"])
+            if delta.get("encrypted_content") is not None:
+                block["encrypted_content"] = delta["encrypted_content"]
         return ""
 
     def message(self) -> dict[str, Any]:
