@@ -7,6 +7,7 @@ capped, whether the wall timeout killed it. Backends differ only in how they iso
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
@@ -14,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from tether.errors import ConfigError
 
@@ -210,3 +211,27 @@ def _skip_special(
         return dropped
 
     return skip
+
+
+class WorkCopyLifecycle:
+    """The work copy's life for a backend: made on first use (or ``await open()``),
+    removed by ``aclose()``; ``async with`` does both."""
+
+    work: WorkCopy
+
+    async def open(self) -> Path:
+        """Create the work copy now (else the first run does); return its host path."""
+        if self.work.root is None:
+            await asyncio.to_thread(self.work.create)
+        return self.work.path
+
+    async def aclose(self) -> None:
+        """Delete the work copy."""
+        await asyncio.to_thread(self.work.remove)
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

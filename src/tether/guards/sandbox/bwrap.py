@@ -27,6 +27,7 @@ from tether.guards.sandbox.base import (
     SandboxLimits,
     SandboxUnavailable,
     WorkCopy,
+    WorkCopyLifecycle,
     check_argv,
 )
 
@@ -47,7 +48,7 @@ _PASSWD = "root:x:0:0:root:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/
 _GROUP = "root:x:0:\nnogroup:x:65534:\n"
 
 
-class BubblewrapSandbox:
+class BubblewrapSandbox(WorkCopyLifecycle):
     """Runs commands with bubblewrap (``bwrap``) in a throwaway copy of ``source``.
 
     ``source=None`` gives an empty work folder. The copy is made on first use (or
@@ -100,16 +101,6 @@ class BubblewrapSandbox:
                 (self.work.root / "passwd").write_text(_PASSWD)
                 (self.work.root / "group").write_text(_GROUP)
         return self.work.path
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.work.remove)
-
-    async def __aenter__(self) -> BubblewrapSandbox:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def argv(
         self, command: Sequence[str], *, seccomp_fd: int | None, info_fd: int | None = None

@@ -26,6 +26,7 @@ from tether.guards.sandbox.base import (
     SandboxLimits,
     SandboxUnavailable,
     WorkCopy,
+    WorkCopyLifecycle,
     check_argv,
 )
 
@@ -33,7 +34,7 @@ Engine = Literal["docker", "podman"]
 DEFAULT_IMAGE = "debian:bookworm-slim"
 
 
-class ContainerSandbox:
+class ContainerSandbox(WorkCopyLifecycle):
     """Runs each command in a fresh container of ``image`` over a copy of ``source``.
 
     The image must provide ``bash`` and ``timeout`` and be present locally (the sandbox
@@ -75,21 +76,6 @@ class ContainerSandbox:
         if self._available is None:
             self._available = _engine_answers(self.engine)
         return self._available
-
-    async def open(self) -> Path:
-        if self.work.root is None:
-            await asyncio.to_thread(self.work.create)
-        return self.work.path
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.work.remove)
-
-    async def __aenter__(self) -> ContainerSandbox:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def argv(self, command: Sequence[str], *, name: str, timeout: float) -> list[str]:
         """The engine command line for ``command`` in a container called ``name`` (pure)."""

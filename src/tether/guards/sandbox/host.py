@@ -9,15 +9,21 @@ survives. A shell tool refuses this backend unless it is given ``allow_host=True
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
 from tether.guards.sandbox._exec import execute
-from tether.guards.sandbox.base import DEFAULT_ENV, ExecResult, SandboxLimits, WorkCopy, check_argv
+from tether.guards.sandbox.base import (
+    DEFAULT_ENV,
+    ExecResult,
+    SandboxLimits,
+    WorkCopy,
+    WorkCopyLifecycle,
+    check_argv,
+)
 
 
-class HostExecution:
+class HostExecution(WorkCopyLifecycle):
     """Runs commands directly on the host, in a throwaway copy of ``source``."""
 
     name = "host"
@@ -35,21 +41,6 @@ class HostExecution:
 
     def available(self) -> bool:
         return True
-
-    async def open(self) -> Path:
-        if self.work.root is None:
-            await asyncio.to_thread(self.work.create)
-        return self.work.path
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.work.remove)
-
-    async def __aenter__(self) -> HostExecution:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def run(
         self,
