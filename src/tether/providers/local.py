@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import os
 import threading
@@ -380,37 +381,23 @@ class LocalClient:
 
     def _run(self, request: Mapping[str, Any]) -> dict[str, Any]:
         model = self.model()
-        with model.lock:
-            try:
-                result: Any = model.llama.create_chat_completion(**_with_grammar(model, request))
-            except TetherError:
-                raise
-            except ValueError as exc:
-                raise _translate(exc) from exc
-            except Exception as exc:
-                raise ProviderError(f"the local model failed: {exc}", kind="other") from exc
+        with model.lock, _translated():
+            result: Any = model.llama.create_chat_completion(**_with_grammar(model, request))
         return dict(result)
 
     def _run_stream(
         self, request: Mapping[str, Any], stop: threading.Event
     ) -> Iterator[dict[str, Any]]:
         model = self.model()
-        with model.lock:
-            try:
-                chunks: Any = model.llama.create_chat_completion(
-                    **_with_grammar(model, request), stream=True
-                )
-                for chunk in chunks:
-                    yield chunk
-                    if stop.is_set():
-                        chunks.close()
-                        return
-            except TetherError:
-                raise
-            except ValueError as exc:
-                raise _translate(exc) from exc
-            except Exception as exc:
-                raise ProviderError(f"the local model failed: {exc}", kind="other") from exc
+        with model.lock, _translated():
+            chunks: Any = model.llama.create_chat_completion(
+                **_with_grammar(model, request), stream=True
+            )
+            for chunk in chunks:
+                yield chunk
+                if stop.is_set():
+                    chunks.close()
+                    return
 
     def _count(self, wire: list[dict[str, str]]) -> int:
         """Approximate prompt tokens of a streamed request (the stream reports none)."""
@@ -438,6 +425,19 @@ def _with_grammar(model: LoadedModel, request: Mapping[str, Any]) -> dict[str, A
     if schema is not None:
         out["grammar"] = _grammar(model, schema)
     return out
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """llama.cpp's errors as tether errors (a too-long prompt is a context overflow)."""
+    try:
+        yield
+    except TetherError:
+        raise
+    except ValueError as exc:
+        raise _translate(exc) from exc
+    except Exception as exc:
+        raise ProviderError(f"the local model failed: {exc}", kind="other") from exc
 
 
 def _translate(exc: ValueError) -> ProviderError:
