@@ -342,7 +342,22 @@ async def test_result_size_cap(tools: list[FunctionTool]) -> None:
 
     result = await agent([call_reply(("flood", {})), "ok"], [flood], max_result_chars=100).run("q")
     content = result.transcript[2].tool_results[0].content
-    assert content.startswith("x" * 100) and content.endswith("[9900 characters omitted]")
+    assert content.startswith("x" * 100)
+    assert content.endswith(
+        "[9900 characters omitted: ask for less (a filter, a page) to see the rest]"
+    )
+
+
+async def test_results_are_capped_by_default() -> None:
+    @tool(thread=False)
+    def huge() -> str:
+        """Huge."""
+        return "y" * 200_000
+
+    result = await Agent(ScriptedClient([call_reply(("huge", {})), "ok"]), [huge]).run("q")
+    content = result.transcript[2].tool_results[0].content
+    assert len(content) < 50_100
+    assert "[150000 characters omitted" in content
 
 
 async def test_usage_reported_by_tools_rolls_up() -> None:

@@ -24,6 +24,7 @@ from tether.tools import RunContext, Tool
 REFUSED = "Refused by the user; do not retry this call, propose another way."
 NOT_EXECUTED_TRUNCATED = "Not executed: the response was cut off (output token limit)."
 NOT_EXECUTED_CANCELLED = "Not executed: the run was cancelled."
+CUT_HINT = "ask for less (a filter, a page) to see the rest"
 
 
 def cap_text(text: str, limit: int | None, hint: str | None = None) -> str:
@@ -185,4 +186,4 @@ class Invoker:
         except Exception as exc:
             detail = f": {type(exc).__name__}: {exc}" if limits.detailed_errors else "."
             return ToolResult(call.id, f"Tool {call.name!r} failed{detail}", is_error=True)
-        return ToolResult(call.id, cap_text(text, limits.max_result_chars))
+        return ToolResult(call.id, cap_text(text, limits.max_result_chars, CUT_HINT))

@@ -55,8 +55,10 @@ class Limits:
     """Tool calls of one turn that run at the same time."""
     tool_timeout_seconds: float | None = None
     """Per-call time limit; a call past it gets an error result."""
-    max_result_chars: int | None = None
-    """Longest tool result kept in the history; longer ones are cut with a notice."""
+    max_result_chars: int | None = 50_000
+    """Longest tool result kept in the history (about 12,000 tokens); longer ones are cut
+    with a notice saying how much was left out. Tools should page their own output
+    (``tether.context.paging``); this is the backstop. ``None``: no cap."""
     detailed_errors: bool = False
     """Show exception text to the model (it may hold paths, SQL or secrets)."""
 
