@@ -1,0 +1,107 @@
+"""Starting and stopping the DBOS runtime that durable runs execute on.
+
+DBOS is one runtime per process. :func:`launch` starts it from a :class:`DurableConfig`
+(after every :class:`~tether.durable.DurableAgent` of the process is defined, so that the
+runs a previous process left pending can be recovered by name) and :func:`shutdown`
+stops it. :func:`recover` hands a dead worker's pending runs to the live ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from dbos import DBOS, DBOSConfig
+
+from tether.errors import ConfigError
+
+DEFAULT_DATABASE_URL = "sqlite:///tether-durable.sqlite"
+
+
+@dataclass(frozen=True, slots=True)
+class DurableConfig:
+    """Where durable runs keep their log, and who this process is."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    """The DBOS system database: ``sqlite:///FILE`` (one process, no server) or
+    ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (several workers sharing queues)."""
+    application_version: str = "1"
+    """Pinned, so a restarted worker recovers the runs of the previous code. DBOS
+    otherwise derives it from a hash of the workflow code, and any code change strands
+    pending runs. Change it only for a change that alters a run's sequence of steps,
+    and keep old workers running until their runs are done (see docs/durable.md)."""
+    executor_id: str = "local"
+    """This worker's identity. A worker restarted with the same id recovers the runs it
+    left pending; :func:`recover` lets another worker take them."""
+    app_name: str = "tether"
+    """The DBOS application name (workers of one application share it)."""
+    polling_interval_seconds: float = 0.1
+    """How often a waiting run checks for messages when the database cannot notify it
+    (SQLite); PostgreSQL notifies at once."""
+    log_level: str = "WARNING"
+    """DBOS's own log level."""
+
+    def __post_init__(self) -> None:
+        if not self.database_url.startswith(("sqlite:", "postgresql:", "postgresql+")):
+            raise ConfigError(
+                "the durable database URL must start with sqlite:/// or postgresql://"
+            )
+        if not self.application_version:
+            raise ConfigError("DurableConfig.application_version must not be empty")
+        if self.polling_interval_seconds <= 0:
+            raise ConfigError("DurableConfig.polling_interval_seconds must be positive")
+
+    def dbos_config(self) -> DBOSConfig:
+        """The configuration DBOS is started with."""
+        return {
+            "name": self.app_name,
+            "system_database_url": self.database_url,
+            "application_version": self.application_version,
+            "executor_id": self.executor_id,
+            "log_level": self.log_level,
+            "notification_listener_polling_interval_sec": self.polling_interval_seconds,
+        }
+
+
+def launch(config: DurableConfig | None = None) -> None:
+    """Start DBOS in this process; runs this worker left pending start recovering.
+
+    Call it after defining every durable agent and from the thread whose event loop
+    should run the workflows (inside ``async`` code, or from plain code, where DBOS
+    starts a loop of its own). A second call without :func:`shutdown` is an error.
+    """
+    config = config or DurableConfig()
+    if is_launched():
+        raise ConfigError("DBOS is already running in this process; call shutdown() first")
+    DBOS(config=config.dbos_config())
+    DBOS.launch()
+
+
+def is_launched() -> bool:
+    """Whether DBOS runs in this process."""
+    from dbos._dbos import _dbos_global_instance
+
+    return _dbos_global_instance is not None and bool(_dbos_global_instance._launched)
+
+
+def shutdown(wait_seconds: int = 0) -> None:
+    """Stop DBOS; runs still in progress stay pending and recover on the next launch."""
+    DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
+
+
+def recover(executor_ids: list[str]) -> list[str]:
+    """Put the pending runs of dead workers back in their queues, for live workers to
+    take (this process included); returns their workflow ids.
+
+    Only for workers that are really gone: a worker that is still running would go on
+    with runs that another worker also resumes (DBOS then stops the later of the two at
+    its next step, but a step in flight may run twice; idempotency keys cover tools).
+    """
+    handles: list[Any] = DBOS._recover_pending_workflows(executor_ids)
+    return [h.get_workflow_id() for h in handles]
+
+
+async def recover_async(executor_ids: list[str]) -> list[str]:
+    """:func:`recover` from async code."""
+    return await asyncio.to_thread(recover, executor_ids)
