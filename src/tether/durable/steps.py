@@ -31,6 +31,7 @@ from tether.clients import (
     TextDelta,
 )
 from tether.durable import codec
+from tether.durable.transaction import RESERVED_STEP, TransactionalTool
 from tether.errors import InvalidHistoryError
 from tether.messages import Message, ToolCall
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
@@ -96,9 +97,10 @@ class DurableChatClient:
 class DurableTool(DelegatingTool):
     """Runs the wrapped tool's ``invoke`` as a step, at the number reserved for its call.
 
-    A tool that is a :class:`~tether.durable.transaction.TransactionalTool` runs as a
+    A :class:`~tether.durable.transaction.TransactionalTool` (wrapped or not) runs as a
     DBOS transactional step instead: its database writes and the step's log entry commit
-    in one transaction, so a crash cannot separate them.
+    in one transaction, so a crash cannot separate them. The wrappers around it then run
+    in the workflow itself and must be deterministic (approval and guard wrappers are).
     """
 
     def __init__(self, inner: Tool, book: StepBook) -> None:
@@ -106,12 +108,16 @@ class DurableTool(DelegatingTool):
         self.book = book
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
-        from tether.durable.transaction import TransactionalTool
-
         reservation = self.book.take(ctx.call.id) if ctx.call is not None else None
         name = TOOL_STEP + self.name
-        if isinstance(self.inner, TransactionalTool):
-            return await self.inner.invoke_as_step(arguments, ctx, name, reservation)
+        if _is_transactional(self.inner):
+            # The wrappers around the transactional tool run in the workflow; the
+            # transactional tool itself takes the reservation and becomes the step.
+            token = RESERVED_STEP.set((reservation, name))
+            try:
+                return await self.inner.invoke(arguments, ctx)
+            finally:
+                RESERVED_STEP.reset(token)
 
         async def call() -> codec.JSON:
             try:
@@ -124,6 +130,15 @@ class DurableTool(DelegatingTool):
         else:
             logged = await reservation.run_async({"name": name}, call)
         return codec.tool_outcome_from_json(logged)
+
+
+def _is_transactional(tool: Tool) -> bool:
+    while True:
+        if isinstance(tool, TransactionalTool):
+            return True
+        if not isinstance(tool, DelegatingTool):
+            return False
+        tool = tool.inner
 
 
 def _unique_call_ids(response: ChatResponse, history: Sequence[Message]) -> ChatResponse:

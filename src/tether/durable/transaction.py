@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from dbos import SQLAlchemyDatasource, StepReservation
@@ -24,6 +25,12 @@ from dbos._context import _set_local_dbos_context, get_local_dbos_context
 
 from tether.durable import codec
 from tether.tools import DelegatingTool, RunContext, Tool
+
+RESERVED_STEP: ContextVar[tuple[StepReservation | None, str] | None] = ContextVar(
+    "tether_reserved_step", default=None
+)
+"""Set by :class:`~tether.durable.DurableTool` around a transactional call in a
+workflow: the step number reserved for the call, and the step's name."""
 
 
 class LoggedToolFailure(Exception):
@@ -43,17 +50,11 @@ class TransactionalTool(DelegatingTool):
         self.datasource = datasource
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
-        logged = await asyncio.to_thread(self._transaction, arguments, ctx, self.name)
-        return codec.tool_outcome_from_json(logged)
-
-    async def invoke_as_step(
-        self,
-        arguments: Mapping[str, Any],
-        ctx: RunContext[Any],
-        step_name: str,
-        reservation: StepReservation | None,
-    ) -> str:
-        """Run as the transactional step numbered by ``reservation`` (durable mode)."""
+        slot = RESERVED_STEP.get()
+        if slot is None:  # not in durable mode: one plain transaction
+            logged = await asyncio.to_thread(self._transaction, arguments, ctx, self.name)
+            return codec.tool_outcome_from_json(logged)
+        reservation, step_name = slot
         workflow_ctx = get_local_dbos_context()
         if workflow_ctx is not None and self.datasource not in workflow_ctx.used_datasources:
             workflow_ctx.used_datasources.append(self.datasource)  # its rows go at the end

@@ -1,0 +1,131 @@
+"""Crash injection: a worker SIGKILLed at every step boundary of a run loses nothing.
+
+One run per boundary (plus one that is never killed), all in one worker that is killed
+at each point in turn and restarted with the same executor id. Afterwards: every run
+completed; the irreversible refund took effect once per run; the ledger line written by
+a transactional step exists once per run (it has no idempotency key at all); each model
+request and tool call ran once, except the one killed between its reply and the log,
+which ran exactly twice; the approval sent while no worker was alive was applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import sqlalchemy as sa
+from dbos import DBOSClient
+from harness import Harness
+
+from tether.durable import codec
+
+POINTS = [
+    "model.before:1",
+    "model.returned:1",
+    "model.logged:1",
+    "tool.before:1:lookup",
+    "tool.returned:1:lookup",
+    "tool.logged:1:lookup",
+    "model.returned:2",
+    "model.logged:2",
+    "approval.requested",
+    "approval.received",
+    "tool.before:2:refund",
+    "tool.returned:2:refund",
+    "tool.logged:2:refund",
+    "tool.before:3:record",
+    "tool.returned:3:record",
+    "tool.logged:3:record",
+    "model.before:4",
+    "model.returned:4",
+    "run.done",
+]
+WAITING = "run-waiting"
+CONTROL = "run-control"
+
+
+def prepare(tmp_path: Path, ledger_url: str) -> Path:
+    effects = tmp_path / "effects.sqlite"
+    with sqlite3.connect(effects) as db:
+        db.execute("CREATE TABLE model_calls (run_id TEXT, turn INTEGER, at REAL)")
+        db.execute("CREATE TABLE tool_calls (run_id TEXT, call TEXT, tool TEXT, at REAL)")
+        db.execute("CREATE TABLE refunds (key TEXT PRIMARY KEY, run_id TEXT, amount REAL)")
+    engine = sa.create_engine(ledger_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE ledger (run_id TEXT, text TEXT)"))
+    engine.dispose()
+    return effects
+
+
+async def crash_everywhere(tmp_path: Path, database_url: str, ledger_url: str) -> None:
+    effects = prepare(tmp_path, ledger_url)
+    points = {f"run-{i:02d}": p for i, p in enumerate(POINTS)}
+    runs = [*points, WAITING, CONTROL]
+    harness = Harness(
+        database_url,
+        tmp_path,
+        {"CRASH_EFFECTS": str(effects), "CRASH_LEDGER": ledger_url},
+    )
+    outcome = await harness.run({r: "Refund my order C-1042." for r in runs}, points, {WAITING})
+
+    fired = {m.name: m.read_text() for m in (tmp_path / "marks").iterdir()}
+    assert fired == points  # the worker died at every point, once
+    assert outcome.kills >= len(POINTS)  # (a point may fire as the harness kills the worker)
+    assert outcome.sent_while_dead == [WAITING]
+    client = DBOSClient(system_database_url=database_url)
+    logged: dict[tuple[str, str], int] = {}  # (run, model turn or call id) -> logged at, ms
+    try:
+        for run in runs:
+            handle = await asyncio.to_thread(client.retrieve_workflow, run)
+            result = codec.result_from_json(await asyncio.to_thread(handle.get_result))
+            assert result.outcome.kind == "completed", (run, result.outcome)
+            results = [r.content for m in result.transcript for r in m.tool_results]
+            assert "refunded 5.00" in results, (run, results)  # the approval was applied
+            steps = await asyncio.to_thread(client.list_workflow_steps, run)
+            models = [s for s in steps if s["function_name"] == "tether.model"]
+            assert len(models) == 4
+            logged.update(
+                ((run, str(t)), s["completed_at_epoch_ms"]) for t, s in enumerate(models, 1)
+            )
+            tools = [s for s in steps if s["function_name"].startswith("tether.tool.")]
+            calls = ["l1", "l2", "r1", "k1"]  # the reserved numbers follow the model's order
+            assert [s["function_name"][12:] for s in tools] == [
+                "lookup",
+                "lookup",
+                "refund",
+                "record",
+            ]
+            logged.update(
+                ((run, c), s["completed_at_epoch_ms"]) for c, s in zip(calls, tools, strict=True)
+            )
+    finally:
+        client.destroy()
+
+    with sqlite3.connect(effects) as db:
+        refunds = db.execute("SELECT run_id, COUNT(*) FROM refunds GROUP BY run_id").fetchall()
+        executions = [
+            *db.execute("SELECT run_id, CAST(turn AS TEXT), at FROM model_calls"),
+            *db.execute("SELECT run_id, call, at FROM tool_calls"),
+        ]
+    assert sorted(refunds) == sorted((r, 1) for r in runs)  # no refund twice, none lost
+    engine = sa.create_engine(ledger_url)
+    with engine.connect() as conn:
+        ledger = conn.execute(sa.text("SELECT run_id, COUNT(*) FROM ledger GROUP BY run_id"))
+        assert sorted(ledger.fetchall()) == sorted((r, 1) for r in runs)  # no key, still once
+    engine.dispose()
+    # A model request or tool call may run again only if the worker died before its
+    # result was logged: none starts after its step's entry in the log.
+    late = [(r, what, at) for r, what, at in executions if at * 1000 > logged[(r, what)] + 1]
+    assert late == []
+    again = {(r, w) for r, w, _ in executions if sum(1 for x in executions if x[:2] == (r, w)) > 1}
+    assert (("run-01", "1") in again) and (("run-04", "l1") in again or ("run-04", "l2") in again)
+
+
+async def test_crash_at_every_boundary_sqlite(tmp_path: Path) -> None:
+    ledger = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    await crash_everywhere(tmp_path, f"sqlite:///{tmp_path / 'dbos.sqlite'}", ledger)
+
+
+async def test_crash_at_every_boundary_postgres(tmp_path: Path, pg_url: str) -> None:
+    await crash_everywhere(tmp_path, pg_url, pg_url)
