@@ -34,7 +34,7 @@ from tether.events import (
 from tether.history import HistoryChecker
 from tether.invoke import NOT_RUN_TRUNCATED, Invoker, TurnOutcome
 from tether.limits import Budget, Limits
-from tether.messages import Message, Text, ToolCall, ToolResult, Usage, within_depth
+from tether.messages import TOO_DEEP, Message, Text, ToolCall, ToolResult, Usage, within_depth
 from tether.outcomes import Decision, Outcome, PendingApproval, RunResult, RunState
 from tether.rulings import CallPolicy
 from tether.state_store import StateStore
@@ -442,7 +442,7 @@ class Agent(Generic[DepsT]):
                     part = _renamed(part, run)
                     changed = True
                 if not part.malformed and not within_depth(part.arguments):
-                    part = ToolCall(part.id, part.name, {}, "<arguments nested too deeply>")
+                    part = ToolCall(part.id, part.name, {}, TOO_DEEP)
                     changed = True
                 run.call_ids.add(part.id)
                 parts.append(part)

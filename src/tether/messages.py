@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeAlias, get_args
 MAX_JSON_DEPTH = 64
 """Deepest nesting of containers accepted in a call's arguments; deeper is malformed."""
 
+TOO_DEEP = "<arguments nested too deeply>"
+
 Role = Literal["user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
@@ -83,7 +85,10 @@ class ToolCall:
         """The arguments as compact JSON text (the raw text when it was malformed)."""
         if self.raw_arguments is not None:
             return self.raw_arguments
-        return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+        try:
+            return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+        except RecursionError:  # the loop turns such a call into a malformed one
+            return TOO_DEEP
 
 
 ResultStatus = Literal["ok", "error", "denied", "blocked", "interrupted", "abandoned", "not_run"]

@@ -20,7 +20,9 @@ space linear in its length, not quadratic.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tether.errors import StateError
@@ -51,12 +53,19 @@ class StateStore(Protocol):
         ...
 
 
-def _extends(stored: list[Message], transcript: tuple[Message, ...], run_id: str) -> None:
-    """Check that a new state's transcript continues the stored messages of its run."""
-    n = len(stored)
-    if len(transcript) < n or (
-        n and message_to_dict(stored[-1]) != message_to_dict(transcript[n - 1])
-    ):
+def digest(messages: Sequence[Message], start: str = "") -> str:
+    """A hash chain over ``messages`` (continuing ``start``): equal only for equal
+    transcripts, so a state that rewrites what a run already said is caught."""
+    value = start
+    for m in messages:
+        text = json.dumps(message_to_dict(m), sort_keys=True, ensure_ascii=False, default=str)
+        value = hashlib.sha256(f"{value}\n{text}".encode()).hexdigest()
+    return value
+
+
+def _continues(transcript: tuple[Message, ...], n: int, stored: str, run_id: str) -> None:
+    """Check that a new state's transcript continues the ``n`` stored messages of its run."""
+    if len(transcript) < n or digest(transcript[:n]) != stored:
         raise StateError(
             f"the state of run {run_id!r} does not continue the transcript already stored"
         )
@@ -67,16 +76,19 @@ class MemoryStateStore:
 
     def __init__(self) -> None:
         self._messages: dict[str, list[Message]] = {}
+        self._digests: dict[str, str] = {}
         self._states: dict[str, dict[str, Any]] = {}
         self._claimed: set[tuple[str, int]] = set()
 
     async def save(self, state: RunState) -> None:
         stored = self._messages.setdefault(state.run_id, [])
-        _extends(stored, state.transcript, state.run_id)
-        stored.extend(state.transcript[len(stored) :])
+        n, run_id = len(stored), state.run_id
+        _continues(state.transcript, n, self._digests.get(run_id, ""), run_id)
+        stored.extend(state.transcript[n:])
+        self._digests[run_id] = digest(state.transcript[n:], self._digests.get(run_id, ""))
         record = state.to_dict(transcript=False)
         record["length"] = len(state.transcript)
-        self._states[state.run_id] = json.loads(json.dumps(record, default=str))
+        self._states[run_id] = json.loads(json.dumps(record, default=str))
 
     async def load(self, run_id: str) -> RunState | None:
         record = self._states.get(run_id)
@@ -115,6 +127,7 @@ class SqlStateStore:
             Column("run_id", String(200), primary_key=True),
             Column("version", Integer, nullable=False),
             Column("length", Integer, nullable=False),
+            Column("digest", String(64), nullable=False),
             Column("state", Text, nullable=False),
         )
         self._claims: Table = Table(
@@ -135,39 +148,37 @@ class SqlStateStore:
         return await asyncio.to_thread(self._claim, run_id, version)
 
     def _save(self, state: RunState) -> None:
-        from sqlalchemy import func, select
+        from sqlalchemy import select
 
         m, s = self._messages, self._states
+        run_id = state.run_id
         with self.engine.begin() as conn:
-            n = conn.execute(select(func.count()).where(m.c.run_id == state.run_id)).scalar_one()
-            if n:
-                last = conn.execute(
-                    select(m.c.message).where(m.c.run_id == state.run_id, m.c.position == n - 1)
-                ).scalar_one()
-                _extends(
-                    [message_from_dict(json.loads(last))], state.transcript[n - 1 :], state.run_id
-                )
+            row = conn.execute(select(s.c.length, s.c.digest).where(s.c.run_id == run_id)).first()
+            n, stored = (row.length, row.digest) if row is not None else (0, "")
+            _continues(state.transcript, n, stored, run_id)
             new = state.transcript[n:]
             if new:
                 conn.execute(
                     m.insert(),
                     [
                         {
-                            "run_id": state.run_id,
+                            "run_id": run_id,
                             "position": n + i,
                             "message": json.dumps(message_to_dict(msg), ensure_ascii=False),
                         }
                         for i, msg in enumerate(new)
                     ],
                 )
-            row = {
+            values = {
                 "version": state.version,
                 "length": len(state.transcript),
+                "digest": digest(new, stored),
                 "state": json.dumps(state.to_dict(transcript=False), default=str),
             }
-            done = conn.execute(s.update().where(s.c.run_id == state.run_id).values(**row))
-            if not done.rowcount:
-                conn.execute(s.insert().values(run_id=state.run_id, **row))
+            if row is None:
+                conn.execute(s.insert().values(run_id=run_id, **values))
+            else:
+                conn.execute(s.update().where(s.c.run_id == run_id).values(**values))
 
     def _load(self, run_id: str) -> RunState | None:
         from sqlalchemy import select
