@@ -102,7 +102,7 @@ async def test_a_small_refund_is_asked_and_its_ruling_travels_in_the_state() -> 
     (pending,) = first.pending
     assert pending.ruling == {
         "action": "ask",
-        "reason": "refund needs a human's approval",
+        "reason": "this tool needs a human's approval",
         "rule": "requires_approval",
     }
     assert [type(e) for e in events if isinstance(e, CallRuled)] == [CallRuled]

@@ -28,7 +28,7 @@ from tether.events import CallRuled, Listener, ToolCallFinished, ToolCallStarted
 from tether.limits import Limits
 from tether.messages import ResultStatus, ToolCall, ToolResult
 from tether.outcomes import Decision, PendingApproval, arguments_hash
-from tether.rulings import CallPolicy, Ruling, strictest
+from tether.rulings import ALLOW, CallPolicy, Ruling, strictest
 from tether.tools import RunContext, Tool
 
 REFUSED = "Refused by the user; do not retry this call, propose another way."
@@ -55,6 +55,9 @@ def cap_text(text: str, limit: int | None, hint: str | None = None) -> str:
         return text
     how = f": {hint}" if hint else ""
     return f"{text[:limit]}\n[{len(text) - limit} characters omitted{how}]"
+
+
+ASK = Ruling("ask", "this tool needs a human's approval", "requires_approval")
 
 
 def blocked_result(call_id: str, ruling: Ruling) -> ToolResult:
@@ -204,6 +207,8 @@ class Invoker:
     async def _rule(self, tool: Tool, call: ToolCall, ctx: RunContext[Any]) -> Ruling:
         """The strictest of the tool's and the policy's rulings; failing closed."""
         try:
+            if type(tool).ruling is Tool.ruling and self._policy is None:  # the common case
+                return ASK if tool.needs_approval(call.arguments, ctx) else ALLOW
             ruling = await tool.ruling(call.arguments, ctx)
             if self._policy is not None:
                 ruling = strictest(ruling, await self._policy.rule(tool, call, ctx))
@@ -320,14 +325,17 @@ class Invoker:
                 is_error=True,
             )
         limits = self._limits
-        scope = asyncio.timeout(limits.tool_timeout_seconds)
+        scope = None
         try:
-            async with scope:
+            if limits.tool_timeout_seconds is None:
                 text = await tool.invoke(call.arguments, ctx)
+            else:
+                async with (scope := asyncio.timeout(limits.tool_timeout_seconds)):
+                    text = await tool.invoke(call.arguments, ctx)
         except ToolFailure as exc:
             return ToolResult(call.id, cap_text(str(exc), limits.max_result_chars), True)
         except TimeoutError as exc:
-            if not scope.expired():  # the tool's own timeout, not ours: a failure like any
+            if scope is None or not scope.expired():  # the tool's own timeout: a failure
                 return self._failure(call, exc)
             still = (
                 "it is still running in its worker thread and may still take effect"

@@ -126,7 +126,7 @@ class Tool:
         """This tool's own ruling on a call, before it runs: ``ask`` when it needs approval,
         else ``allow``. Wrappers add their rules (an argument policy denies)."""
         if self.needs_approval(arguments, ctx):
-            return Ruling("ask", f"{self.name} needs a human's approval", "requires_approval")
+            return Ruling("ask", "this tool needs a human's approval", "requires_approval")
         return ALLOW
 
 
