@@ -23,12 +23,12 @@ from tether.tools import Tool, lint
 HELP = "Run the offline support demo and the red team, check tools, serve the embedded model."
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
 console = Console(emoji=False)
-errors = Console(stderr=True, emoji=False, highlight=False)
+stderr = Console(stderr=True, emoji=False, highlight=False)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``message`` as one line on stderr and exit with ``code``."""
-    errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    stderr.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -86,7 +86,7 @@ def _demo_client(spec: str | None) -> ChatClient:
     if spec.strip() == "local":
         from tether.providers.local import demo_client, local_model_banner
 
-        console.print(f"[yellow]{local_model_banner()}[/]", highlight=False)
+        console.print(f"[yellow]{escape(local_model_banner())}[/]", highlight=False)
         return demo_client()
     from tether.providers.registry import client_from_string
 
