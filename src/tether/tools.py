@@ -354,7 +354,9 @@ def _arguments_model(
         raise ToolDefinitionError(f"cannot read the type hints of {tool_name}: {exc}") from exc
     doc = parse_docstring(inspect.getdoc(func) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}
-    description = "\n\n".join(s for s in (doc.short_description, doc.long_description) if s).strip()
+    description = _description(
+        doc.short_description, doc.long_description, doc.blank_after_short_description
+    )
     fields: dict[str, Any] = {}
     ctx_param: str | None = None
     for pname, param in inspect.signature(func).parameters.items():
@@ -380,6 +382,19 @@ def _arguments_model(
         **fields,
     )
     return model, ctx_param, description
+
+
+def _description(short: str | None, long: str | None, blank_after_short: bool) -> str:
+    """The docstring's text as one description: a summary that wraps over several lines
+    (docstring_parser keeps only its first line as the short description) is one
+    paragraph; the paragraphs after it keep their breaks."""
+    if not long:
+        return (short or "").strip()
+    if not short or blank_after_short:
+        return "\n\n".join(s for s in (short, long) if s).strip()
+    rest, _, after = long.partition("\n\n")
+    summary = " ".join(line.strip() for line in (short, *rest.splitlines()) if line.strip())
+    return "\n\n".join(s for s in (summary, after.strip()) if s)
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
