@@ -25,7 +25,6 @@ def pg_url(postgresql_server: object) -> Iterator[str]:
         host=s.host,
         port=s.port,
         dbname=name,
-        version=s.version,
         password=s.password,  # type: ignore[attr-defined]
     )
     with janitor:

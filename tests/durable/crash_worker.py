@@ -33,6 +33,7 @@ from tether.durable import (
     TransactionalTool,
     idempotency_key,
     launch,
+    recover_async,
     shutdown,
 )
 from tether.durable.crash import CrashingClient, CrashingTool, CrashPlan
@@ -123,6 +124,9 @@ def main() -> None:
 async def serve(url: str, executor: str, ids: set[str]) -> None:
     launch(DurableConfig(url, executor_id=executor, polling_interval_seconds=0.05))
     await DBOS.register_queue_async(QUEUE, polling_interval_sec=0.05)
+    dead = os.environ.get("CRASH_RECOVER")
+    if dead:  # the procedure for a worker that will not come back
+        await recover_async(dead.split(","))
     while True:
         done = await DBOS.list_workflows_async(
             workflow_ids=sorted(ids), status=["SUCCESS", "ERROR"], load_input=False

@@ -49,9 +49,11 @@ class Harness:
     executor_id: str = "worker-1"
     deadline_seconds: float = 300.0
 
-    def worker(self, n: int, executor_id: str | None = None) -> subprocess.Popen[bytes]:
+    def worker(
+        self, n: int, executor_id: str | None = None, **extra_env: str
+    ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"worker-{n}.log", "wb")  # noqa: SIM115 (kept by the process)
-        env = {**os.environ, **self.env, "PYTHONPATH": str(SRC)}
+        env = {**os.environ, **self.env, "PYTHONPATH": str(SRC), **extra_env}
         return subprocess.Popen(
             [sys.executable, str(WORKER), self.database_url, executor_id or self.executor_id],
             env=env,
@@ -77,6 +79,16 @@ class Harness:
         finally:
             client.destroy()
 
+    async def enqueue(self, client: DBOSClient, prompts: dict[str, str]) -> None:
+        """Put the runs on the queue, from this process."""
+        for wid, prompt in prompts.items():
+            options: Any = {
+                "queue_name": self.queue,
+                "workflow_name": self.workflow_name,
+                "workflow_id": wid,
+            }
+            await asyncio.to_thread(client.enqueue, options, prompt)
+
     async def _drive(
         self,
         client: DBOSClient,
@@ -86,13 +98,7 @@ class Harness:
     ) -> Outcome:
         proc = self.worker(outcome.starts)
         outcome.starts += 1
-        for wid, prompt in prompts.items():
-            options: Any = {
-                "queue_name": self.queue,
-                "workflow_name": self.workflow_name,
-                "workflow_id": wid,
-            }
-            await asyncio.to_thread(client.enqueue, options, prompt)
+        await self.enqueue(client, prompts)
         answered: set[tuple[str, int]] = set()
         killed_waiting: set[str] = set()
         deadline = time.monotonic() + self.deadline_seconds
@@ -129,3 +135,12 @@ class Harness:
                 await send_decisions(wid, [p.approve() for p in state.pending], client=client)
                 answered.add((wid, state.turns))
             await asyncio.sleep(0.1)
+
+
+async def approve_all(client: DBOSClient, runs: list[str], answered: set[tuple[str, int]]) -> None:
+    """Approve every call that waits, once per approval round."""
+    for wid in runs:
+        state = await pending_state(wid, client=client)
+        if state is not None and (wid, state.turns) not in answered:
+            await send_decisions(wid, [p.approve() for p in state.pending], client=client)
+            answered.add((wid, state.turns))

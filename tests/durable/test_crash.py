@@ -11,12 +11,13 @@ which ran exactly twice; the approval sent while no worker was alive was applied
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 
 import sqlalchemy as sa
-from dbos import DBOSClient
-from harness import Harness
+from dbos import DBOS, DBOSClient
+from harness import Harness, approve_all
 
 from tether.durable import codec
 
@@ -129,3 +130,47 @@ async def test_crash_at_every_boundary_sqlite(tmp_path: Path) -> None:
 
 async def test_crash_at_every_boundary_postgres(tmp_path: Path, pg_url: str) -> None:
     await crash_everywhere(tmp_path, pg_url, pg_url)
+
+
+async def test_a_dead_workers_runs_finish_on_another_worker(tmp_path: Path, pg_url: str) -> None:
+    """The procedure for a worker that does not come back: a live worker started with
+    ``recover([dead id])`` puts its pending runs back on the queue and finishes them."""
+    effects = prepare(tmp_path, pg_url)
+    runs = [f"run-{i}" for i in range(6)]
+    harness = Harness(pg_url, tmp_path, {"CRASH_EFFECTS": str(effects), "CRASH_LEDGER": pg_url})
+    harness.env["CRASH_IDS"] = json.dumps(runs)
+    DBOS.migrate(pg_url)
+    client = DBOSClient(system_database_url=pg_url)
+    answered: set[tuple[str, int]] = set()
+    try:
+        first = harness.worker(0, "w1")
+        await harness.enqueue(client, {r: "Refund my order C-1042." for r in runs})
+        while len(answered) < 2:  # w1 has started runs, some are past their approval
+            await approve_all(client, runs, answered)
+            await asyncio.sleep(0.05)
+        first.kill()
+        first.wait()
+        held = await asyncio.to_thread(
+            client.list_workflows, status="PENDING", executor_id="w1", load_input=False
+        )
+        assert held  # the dead worker left runs in progress
+        second = harness.worker(1, "w2", CRASH_RECOVER="w1")
+        for _ in range(1200):
+            if second.poll() is not None:
+                break
+            await approve_all(client, runs, answered)
+            await asyncio.sleep(0.1)
+        assert second.wait(timeout=60) == 0, (tmp_path / "worker-1.log").read_text()[-3000:]
+        for run in runs:
+            handle = await asyncio.to_thread(client.retrieve_workflow, run)
+            result = codec.result_from_json(await asyncio.to_thread(handle.get_result))
+            assert result.outcome.kind == "completed", (run, result.outcome)
+        status = await asyncio.to_thread(client.list_workflows, workflow_ids=runs, load_input=False)
+        assert {
+            s.executor_id for s in status if s.workflow_id in {h.workflow_id for h in held}
+        } == {"w2"}
+    finally:
+        client.destroy()
+    with sqlite3.connect(effects) as db:
+        refunds = db.execute("SELECT run_id, COUNT(*) FROM refunds GROUP BY run_id").fetchall()
+    assert sorted(refunds) == sorted((r, 1) for r in runs)
