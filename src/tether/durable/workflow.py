@@ -91,19 +91,24 @@ class DurableAgent:
         its workflow id. Starting an id that exists already starts nothing: the id is
         the run's idempotency key (use the ticket's id, the request's id...)."""
         workflow_id = workflow_id or uuid.uuid4().hex
-        payload = prompt if isinstance(prompt, str) else [message_to_dict(m) for m in prompt]
-        with SetWorkflowID(workflow_id):
-            if queue is None:
-                await DBOS.start_workflow_async(self._workflow, payload)
-            else:
-                await queue.enqueue_async(self._workflow, payload)
+        await self._start(prompt, workflow_id, queue)
         return workflow_id
 
     async def run(
         self, prompt: str | Sequence[Message], *, workflow_id: str | None = None
     ) -> RunResult:
-        """Start a run and wait for its end (approvals included)."""
-        return await self.result(await self.start(prompt, workflow_id=workflow_id))
+        """Run in this process and wait for the end (approvals included)."""
+        handle = await self._start(prompt, workflow_id or uuid.uuid4().hex, None)
+        return codec.result_from_json(await handle.get_result())
+
+    async def _start(
+        self, prompt: str | Sequence[Message], workflow_id: str, queue: Queue | None
+    ) -> WorkflowHandleAsync[codec.JSON]:
+        payload = prompt if isinstance(prompt, str) else [message_to_dict(m) for m in prompt]
+        with SetWorkflowID(workflow_id):
+            if queue is None:
+                return await DBOS.start_workflow_async(self._workflow, payload)
+            return await queue.enqueue_async(self._workflow, payload)
 
     async def result(self, workflow_id: str) -> RunResult:
         """Wait for a run's end and return its result."""
