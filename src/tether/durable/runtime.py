@@ -41,6 +41,11 @@ class DurableConfig:
     (SQLite); PostgreSQL notifies at once."""
     log_level: str = "WARNING"
     """DBOS's own log level."""
+    sqlite_synchronous: str = "NORMAL"
+    """SQLite only: the log runs in WAL mode with this ``synchronous`` setting. ``NORMAL``
+    survives any crash of the process (the failure durable mode is for) and commits a step
+    without waiting for the disk; a power loss may then undo the last steps, which run
+    again. ``FULL`` waits for the disk at every step (several times slower)."""
 
     def __post_init__(self) -> None:
         if not self.database_url.startswith(("sqlite:", "postgresql:", "postgresql+")):
@@ -49,12 +54,14 @@ class DurableConfig:
             )
         if not self.application_version:
             raise ConfigError("DurableConfig.application_version must not be empty")
+        if self.sqlite_synchronous not in ("NORMAL", "FULL", "EXTRA"):
+            raise ConfigError("DurableConfig.sqlite_synchronous must be NORMAL, FULL or EXTRA")
         if self.polling_interval_seconds <= 0:
             raise ConfigError("DurableConfig.polling_interval_seconds must be positive")
 
     def dbos_config(self) -> DBOSConfig:
         """The configuration DBOS is started with."""
-        return {
+        config: DBOSConfig = {
             "name": self.app_name,
             "system_database_url": self.database_url,
             "application_version": self.application_version,
@@ -62,6 +69,31 @@ class DurableConfig:
             "log_level": self.log_level,
             "notification_listener_polling_interval_sec": self.polling_interval_seconds,
         }
+        if self.database_url.startswith("sqlite:"):
+            config["system_database_engine"] = _sqlite_engine(
+                self.database_url, self.sqlite_synchronous
+            )
+        return config
+
+
+def _sqlite_engine(url: str, synchronous: str) -> Any:
+    """DBOS's SQLite engine (immediate transactions, a long busy timeout, foreign keys),
+    in WAL mode: readers never block the writer, and a commit costs one append."""
+    import sqlalchemy as sa
+    from sqlalchemy import event
+
+    engine = sa.create_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def setup(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        dbapi_conn.execute(f"PRAGMA synchronous={synchronous}")
+        dbapi_conn.execute("PRAGMA busy_timeout=30000")
+        dbapi_conn.execute("PRAGMA foreign_keys=ON")
+        dbapi_conn.isolation_level = "IMMEDIATE"
+
+    return engine
 
 
 def launch(config: DurableConfig | None = None) -> None:
