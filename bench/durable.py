@@ -251,6 +251,7 @@ def main() -> None:
             print(f"two workers: {two:.1f} runs/s ({two / one:.2f}x)")
             kill = killed_midway(server, workdir, args.runs)
             print(f"killed midway: {kill}")
+        kill["load"] = os.getloadavg()[0]
     write_section("durable", report(args.runs, base, durable, p50, p95, one, two, kill))
 
 
@@ -278,8 +279,9 @@ def report(
     ok_step = "met" if p50 <= 5 else "not met"
     return f"""## Durable runs on DBOS (`bench/durable.py`)
 
-Machine: {machine()}. One command: `uv run python bench/durable.py` (starts Debian's
-PostgreSQL on 127.0.0.1 for its length).
+Machine: {machine()}, load average {kill["load"]:.1f} at the end (the machine is shared;
+PostgreSQL and the workers share its cores). One command: `uv run python
+bench/durable.py` (starts Debian's PostgreSQL on 127.0.0.1 for its length).
 
 | measure | result | target |
 |---|---|---|

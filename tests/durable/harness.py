@@ -47,7 +47,7 @@ class Harness:
     queue: str = "crash"
     workflow_name: str = "tether.agent.crash"
     executor_id: str = "worker-1"
-    deadline_seconds: float = 300.0
+    deadline_seconds: float = 900.0
 
     def worker(
         self, n: int, executor_id: str | None = None, **extra_env: str

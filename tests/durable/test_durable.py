@@ -100,7 +100,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 async def wait_pending(workflow_id: str) -> object:
-    for _ in range(200):
+    for _ in range(1200):  # up to a minute on a loaded machine
         state = await pending_state(workflow_id)
         if state is not None:
             return state

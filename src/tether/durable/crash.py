@@ -32,10 +32,10 @@ from typing import Any
 
 from dbos import DBOS
 
-from tether.clients import ChatOptions, ChatResponse, DelegatingChatClient
+from tether.clients import ChatClient, ChatOptions, ChatResponse, DelegatingChatClient
 from tether.events import Event, ModelResponse, RunFinished, RunStarted, ToolCallFinished
 from tether.messages import Message
-from tether.tools import DelegatingTool, RunContext, ToolSpec
+from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
 
 ENV = "TETHER_CRASH_PLAN"
 
@@ -108,7 +108,7 @@ def _matches(point: str, boundary: str, turn: int | None, tool: str) -> bool:
 class CrashingClient(DelegatingChatClient):
     """Reaches ``model.before`` and ``model.returned`` around each request."""
 
-    def __init__(self, inner: Any, plan: CrashPlan) -> None:
+    def __init__(self, inner: ChatClient, plan: CrashPlan) -> None:
         super().__init__(inner)
         self.plan = plan
 
@@ -125,7 +125,7 @@ class CrashingClient(DelegatingChatClient):
 class CrashingTool(DelegatingTool):
     """Reaches ``tool.before`` and ``tool.returned`` around each call."""
 
-    def __init__(self, inner: Any, plan: CrashPlan) -> None:
+    def __init__(self, inner: Tool, plan: CrashPlan) -> None:
         super().__init__(inner)
         self.plan = plan
 
