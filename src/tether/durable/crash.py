@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from tether.messages import Message
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
 
 ENV = "TETHER_CRASH_PLAN"
+_dying = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -70,13 +72,14 @@ class CrashPlan:
         if point is None or not _matches(point, boundary, turn, tool):
             return
         mark = self.marks / workflow_id
-        if mark.exists():
-            return
-        with open(mark, "w") as f:
-            f.write(point)
-            f.flush()
-            os.fsync(f.fileno())
-        os.kill(os.getpid(), signal.SIGKILL)
+        with _dying:  # one point per death, even when two threads reach theirs at once
+            if mark.exists():
+                return
+            with open(mark, "w") as f:
+                f.write(point)
+                f.flush()
+                os.fsync(f.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def listener(self, event: Event) -> None:
         """The boundaries seen from the loop's events (after a step is logged)."""
