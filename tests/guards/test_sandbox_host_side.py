@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tether.errors import ConfigError
 from tether.guards.sandbox import BubblewrapSandbox, SandboxLimits, shell_tool
 from tether.tools import RunContext
 
@@ -323,3 +324,23 @@ async def test_control_characters_and_bad_utf8_are_escaped(sandbox: BubblewrapSa
     out = await shell_tool(sandbox).invoke({"command": command}, CTX)
     assert "a\\x1b[31mred\\x1b]0;title\\x07\\x00nul\\xff\\x0d\\u202eevil\tok\n" in out
     assert not any(ch in out for ch in "\x1b\x00\r\x07\u202e")
+
+
+async def test_a_tree_larger_than_the_work_space_is_refused_clearly(tmp_path: Path) -> None:
+    (tmp_path / "big.bin").write_bytes(b"\1" * (3 << 20))
+    box = BubblewrapSandbox(tmp_path, limits=SandboxLimits(work_bytes=1 << 20), uid=SANDBOX_UID)
+    with pytest.raises(ConfigError, match="does not fit in the sandbox's work space"):
+        await box.open()
+    await box.aclose()
+
+
+async def test_concurrent_commands_each_get_their_own_sandbox(
+    sandbox: BubblewrapSandbox,
+) -> None:
+    command = "echo {i} > /tmp/mine; echo {i} > f{i}; sleep 0.3; cat /tmp/mine f{i}"
+    results = await asyncio.gather(
+        *(sandbox.run(["bash", "-c", command.format(i=i)]) for i in range(3))
+    )
+    assert [r.stdout.split() for r in results] == [["0", "0"], ["1", "1"], ["2", "2"]]
+    listing = await sandbox.run(["bash", "-c", "ls f*; ls /tmp"])
+    assert listing.stdout.split() == ["f0", "f1", "f2"]  # the copy is shared, /tmp is not

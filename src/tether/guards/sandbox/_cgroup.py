@@ -56,19 +56,19 @@ def detect(parent: Path | None = None) -> CgroupSupport:
             return CgroupSupport(None, frozenset(), "tether's cgroup v2 path is unknown")
         parent = mount / own.lstrip("/")
     elif not parent.resolve().is_relative_to(mount):
-        return CgroupSupport(None, frozenset(), f"{parent} is not under the cgroup v2 mount")
+        return CgroupSupport(None, frozenset(), "the given cgroup is not under cgroup v2")
     if not _can_make_children(parent):
-        return CgroupSupport(
-            None, frozenset(), f"tether cannot create cgroups in {parent} (not delegated)"
-        )
+        where = "the given cgroup" if explicit else "tether's cgroup"
+        return CgroupSupport(None, frozenset(), f"tether cannot create cgroups in {where}")
     enabled = _subtree_controllers(parent)
     if explicit:
         enabled = _enable(parent, enabled)
     controllers = frozenset(enabled) & frozenset(CONTROLLERS)
     missing = [c for c in CONTROLLERS if c not in controllers]
+    where = "the given cgroup" if explicit else "tether's cgroup"
     reason = (
         f"the {', '.join(missing)} controller{'s are' if len(missing) > 1 else ' is'} not "
-        f"enabled for {parent}'s children (cgroup.subtree_control)"
+        f"enabled for the children of {where}"
         if missing
         else ""
     )

@@ -22,8 +22,8 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError
 from tether.guards.sandbox._cgroup import CgroupSupport, CommandCgroup
@@ -81,6 +81,10 @@ class Holder:
             line = await running.process.stdout.readline()
             if line.strip() != b"ready":
                 await asyncio.wait({copied})
+                if (failed := copied.exception()) is not None and not isinstance(
+                    failed, BrokenPipeError
+                ):
+                    raise failed  # the source could not be read: say which file
                 await running.wait_exit(_KILL_WAIT_S)
                 raise _holder_failure(box, await _stderr(running))
             await copied
@@ -202,9 +206,10 @@ class CommandSandbox:
             os.close(fd)
         return True
 
-    async def kill_all(self) -> None:
+    async def kill_all(self, *, remove_cgroup: bool = False) -> None:
         """Kill the sandbox's PID 1, hence its whole PID namespace, and its cgroup; wait
-        until they are gone."""
+        until PID 1 is gone (it exits last of its namespace). The emptied cgroup is
+        removed in the background, or now with ``remove_cgroup``."""
         if self._request_fd >= 0:
             os.close(self._request_fd)  # an unused sandbox: its boot script exits
             self._request_fd = -1
@@ -222,11 +227,14 @@ class CommandSandbox:
             os.close(self._pidfd)
             self._pidfd = None
         if self.cgroup is not None:
-            await self.cgroup.remove()
+            if remove_cgroup:
+                await self.cgroup.remove()
+            else:
+                _background(self.cgroup.remove())
 
     async def terminate(self) -> None:
         """Timeout or cancellation: kill everything, bwrap included."""
-        await self.kill_all()
+        await self.kill_all(remove_cgroup=True)
         self.running.kill_group()
         await self.running.wait_exit(_KILL_WAIT_S)
 
@@ -253,6 +261,22 @@ class CommandSandbox:
         if self._info_fd >= 0:
             os.close(self._info_fd)
             self._info_fd = -1
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _background(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` without waiting for it (kept referenced until it is done)."""
+    task = asyncio.ensure_future(work)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def settle() -> None:
+    """Wait for the background removals started so far (cgroups of ended commands)."""
+    if _BACKGROUND:
+        await asyncio.wait(set(_BACKGROUND))
 
 
 def _data_fd(data: str | bytes) -> int:
@@ -323,7 +347,7 @@ async def _stderr(running: Running) -> str:
 
 
 def _holder_failure(box: BubblewrapSandbox, stderr: str) -> Exception:
-    if "No space left on device" in stderr:
+    if "No space left on device" in stderr or "Wrote only" in stderr:
         return ConfigError(
             f"the work tree does not fit in the sandbox's work space (SandboxLimits."
             f"work_bytes = {box.limits.work_bytes:,} bytes): raise it, or ignore large folders"

@@ -26,7 +26,7 @@ from typing import Self
 
 from tether.errors import ConfigError
 from tether.guards.sandbox import _cgroup, seccomp
-from tether.guards.sandbox._session import CommandSandbox, Holder
+from tether.guards.sandbox._session import CommandSandbox, Holder, settle
 from tether.guards.sandbox.base import (
     Enforcement,
     ExecResult,
@@ -251,7 +251,11 @@ class BubblewrapSandbox:
         sandbox = await self._take()
         self._running.add(sandbox)
         try:
-            await sandbox.send(command)
+            try:
+                await sandbox.send(command)
+            except BaseException:
+                await asyncio.shield(sandbox.discard())
+                raise
             result = await sandbox.running.collect(
                 timeout=timeout if timeout is not None else self.limits.timeout_seconds,
                 max_chars=self.limits.max_output_chars,
@@ -285,6 +289,7 @@ class BubblewrapSandbox:
             await sandbox.terminate()
         if holder is not None:
             await holder.stop()
+        await settle()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -296,6 +301,9 @@ class BubblewrapSandbox:
     # --- prepared command sandboxes -------------------------------------------------------
 
     async def _take(self) -> CommandSandbox:
+        preparing = self._preparing
+        if self._ready is None and preparing is not None and not preparing.done():
+            await asyncio.wait({preparing})  # one being made: quicker than a second one
         ready, self._ready = self._ready, None
         if ready is not None and ready.usable():
             return ready
@@ -322,8 +330,8 @@ class BubblewrapSandbox:
     async def _prepare(self) -> None:
         try:
             sandbox = await self._start_sandbox()
-        except (OSError, SandboxUnavailable):
-            return  # the next run starts its own, and reports the error
+        except Exception:  # best effort: the next run starts its own, and reports the error
+            return
         if self._holder is None or self._ready is not None:
             await sandbox.discard()
         else:
