@@ -266,18 +266,21 @@ async def test_enforcement_says_what_binds_here(sandbox: BubblewrapSandbox) -> N
     assert enforced.total_memory == ("memory" in support.controllers)
     assert enforced.total_processes == ("pids" in support.controllers)
     assert enforced.cpu_share == ("cpu" in support.controllers)
-    assert enforced.kill == ("cgroup" if support.parent is not None else "pid namespace")
+    # by default a per-command cgroup is made only where a controller binds in it
+    assert enforced.kill == ("cgroup" if support.controllers else "pid namespace")
     if not enforced.total_memory:
         assert "Not capped: total memory" in enforced.note and support.reason in enforced.note
     assert enforced.note in shell_tool(sandbox).spec.description
 
 
 async def test_each_command_runs_in_its_own_cgroup_where_one_can_be_made(
-    sandbox: BubblewrapSandbox,
+    tmp_path: Path,
 ) -> None:
     from tether.guards.sandbox import _cgroup as cgroup_module
 
     support = cgroup_module.detect()
+    sandbox = BubblewrapSandbox(tmp_path, limits=LIMITS, uid=SANDBOX_UID, cgroups=True)
+    await sandbox.open()
     marker = "4545." + str(uuid.uuid4().int)[:8]
     with reaping(marker):
         task = asyncio.ensure_future(sandbox.run(["bash", "-c", f"sleep {marker}"]))
@@ -294,6 +297,11 @@ async def test_each_command_runs_in_its_own_cgroup_where_one_can_be_made(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert live_with(marker) == set()
+        result = await sandbox.run(["true"])
+        await sandbox.aclose()
+    assert result.enforcement is not None
+    assert result.enforcement.kill == ("cgroup" if support.parent else "pid namespace")
     if support.parent is None:  # the PID namespace kill is the only one
         assert "tether-" not in line
         return

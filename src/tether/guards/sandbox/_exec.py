@@ -131,23 +131,40 @@ async def start(
     user: int | None = None,
     group: int | None = None,
 ) -> Running:
-    """Start ``argv`` in a new session with three pipes."""
+    """Start ``argv`` in a new session with three pipes.
+
+    A cancellation does not interrupt the start (asyncio would then wait for the pipes of
+    a half-started process tree): the process is started, its group killed, and the
+    cancellation goes on.
+    """
     loop = asyncio.get_running_loop()
     extra: dict[str, Any] = {}
     if user is not None:
         extra.update(user=user, group=group, extra_groups=[])
-    transport, protocol = await loop.subprocess_exec(
-        lambda: _Protocol(loop),
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        pass_fds=tuple(pass_fds),
-        start_new_session=True,
-        **extra,
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Protocol(loop),
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+            **extra,
+        )
     )
+    try:
+        transport, protocol = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        await asyncio.wait({spawn})
+        if not spawn.cancelled() and spawn.exception() is None:
+            started, _ = spawn.result()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(started.get_pid(), signal.SIGKILL)
+            started.close()
+        raise
     return Running(transport, protocol)
 
 

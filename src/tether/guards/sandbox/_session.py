@@ -213,6 +213,8 @@ class CommandSandbox:
         if self._request_fd >= 0:
             os.close(self._request_fd)  # an unused sandbox: its boot script exits
             self._request_fd = -1
+        if not self._pid1.done():  # bwrap reports it right after making it: wait for it
+            await asyncio.wait({self._pid1}, timeout=_KILL_WAIT_S)
         if not self._pid1.done():
             self._pid1.cancel()
             await asyncio.wait({self._pid1})  # its own cleanup runs; never raises here

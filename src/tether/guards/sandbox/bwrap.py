@@ -80,7 +80,11 @@ class BubblewrapSandbox:
     folders read-only (host path -> sandbox path). When tether runs as root, bwrap is
     started as ``uid`` (default nobody) so that the process limit applies and the
     sandbox owns no host file. ``cgroup_parent`` names a delegated cgroup v2 folder for
-    per-command cgroups (default: tether's own cgroup, when it may create children).
+    per-command cgroups (default: tether's own cgroup, when it may create children);
+    ``cgroups`` says when to use them: ``None`` (default) only where a memory, pids or
+    cpu controller binds, ``True`` wherever one can be made (for the kill alone: the PID
+    namespace kill already ends everything, and moving a process into a cgroup costs
+    milliseconds), ``False`` never.
     ``prepare=False`` starts each command's sandbox only when the command comes (slower,
     one process fewer while idle).
     """
@@ -99,6 +103,7 @@ class BubblewrapSandbox:
         uid: int = NOBODY,
         bwrap: str = "bwrap",
         cgroup_parent: Path | str | None = None,
+        cgroups: bool | None = None,
         prepare: bool = True,
     ) -> None:
         self.limits = limits or SandboxLimits()
@@ -110,6 +115,7 @@ class BubblewrapSandbox:
         self.passwd, self.group = _PASSWD, _GROUP
         self.prepare = prepare
         self._cgroup_parent = Path(cgroup_parent) if cgroup_parent is not None else None
+        self._use_cgroups = cgroups
         self._cgroups: _cgroup.CgroupSupport | None = None
         self._available: bool | None = None
         self._open_lock = asyncio.Lock()
@@ -141,9 +147,7 @@ class BubblewrapSandbox:
     @property
     def enforcement(self) -> Enforcement:
         """Which caps bind here (cgroup delegation is found out once)."""
-        if self._cgroups is None:
-            self._cgroups = _cgroup.detect(self._cgroup_parent)
-        return _enforcement(self.limits, self._cgroups)
+        return _enforcement(self.limits, self._cgroup_support())
 
     # --- command lines (pure) --------------------------------------------------------------
 
@@ -278,8 +282,7 @@ class BubblewrapSandbox:
         the work copy goes with it."""
         holder, self._holder = self._holder, None
         self.work.holder_pid = None
-        if self._preparing is not None:
-            self._preparing.cancel()
+        if self._preparing is not None:  # never cut a start short: it drops what it made
             await asyncio.wait({self._preparing})
             self._preparing = None
         ready, self._ready = self._ready, None
@@ -315,9 +318,18 @@ class BubblewrapSandbox:
         holder = self._holder
         if holder is None or not holder.alive():
             raise SandboxUnavailable("the sandbox's session has ended: open it again")
+        return await CommandSandbox.start(self, holder, self._cgroup_support())
+
+    def _cgroup_support(self) -> _cgroup.CgroupSupport:
+        """Where per-command cgroups are made, found once; none when they are not used."""
         if self._cgroups is None:
-            self._cgroups = _cgroup.detect(self._cgroup_parent)
-        return await CommandSandbox.start(self, holder, self._cgroups)
+            found = _cgroup.detect(self._cgroup_parent)
+            use = self._use_cgroups
+            if use is False or (use is None and not found.controllers):
+                reason = found.reason or "per-command cgroups are turned off"
+                found = _cgroup.CgroupSupport(None, frozenset(), reason)
+            self._cgroups = found
+        return self._cgroups
 
     def _prepare_next(self) -> None:
         """Start the next command's sandbox in the background, if none is waiting."""
