@@ -92,7 +92,11 @@ async def sandbox(tmp_path: Path) -> AsyncIterator[BubblewrapSandbox]:
 
 
 def daemon(marker: str) -> str:
-    return f"(setsid sleep {marker} </dev/null >/dev/null 2>&1 &); echo started"
+    """Start a daemon that says it is up (in the work copy), then sleeps."""
+    return (
+        f"(setsid bash -c 'echo up > up.txt; exec sleep {marker}' </dev/null >/dev/null 2>&1 &);"
+        " for _ in $(seq 100); do [ -e up.txt ] && break; sleep 0.05; done; echo started"
+    )
 
 
 # --- item 15: nothing outlives its command -------------------------------------------------
@@ -107,6 +111,7 @@ async def test_ptrace_of_pid1_is_refused_and_a_daemon_dies_with_its_command(
         result = await sandbox.run(["bash", "-c", f"python3 clear_pdeathsig.py; {daemon(marker)}"])
         assert "started" in result.stdout and not result.timed_out
         assert "ptrace: Operation not permitted" in result.stderr
+        assert (sandbox.work.path / "up.txt").exists()  # it did start
         assert live_with(marker) == set()
         await sandbox.aclose()
         assert live_with(marker) == set()
@@ -114,8 +119,9 @@ async def test_ptrace_of_pid1_is_refused_and_a_daemon_dies_with_its_command(
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the injection is x86-64 code")
 async def test_a_pid1_freed_from_bwrap_is_still_killed(tmp_path: Path) -> None:
-    """Without the seccomp filter the injection works; the namespace still dies with the
-    command, because tether kills the sandbox's PID 1 itself."""
+    """Without the seccomp filter the injection works (PID 1 is the command's own shell,
+    which loses its parent-death signal and its output); the daemon still dies with the
+    command, because the PID namespace ends with it and tether kills its PID 1 anyway."""
     (tmp_path / "clear_pdeathsig.py").write_text(CLEAR_PDEATHSIG)
     box = BubblewrapSandbox(tmp_path, limits=LIMITS, uid=SANDBOX_UID)
     box.seccomp_filter = lambda: ALLOW_ALL  # type: ignore[method-assign]
@@ -123,8 +129,8 @@ async def test_a_pid1_freed_from_bwrap_is_still_killed(tmp_path: Path) -> None:
     with reaping(marker):
         async with box:
             result = await box.run(["bash", "-c", f"python3 clear_pdeathsig.py; {daemon(marker)}"])
-            assert "pid 1 cleared" in result.stdout and "started" in result.stdout
-            assert not result.timed_out
+            assert "pid 1 cleared" in result.stdout and not result.timed_out
+            assert (box.work.path / "up.txt").exists()  # it did start
             assert live_with(marker) == set()
 
 

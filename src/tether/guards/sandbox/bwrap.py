@@ -175,7 +175,7 @@ class BubblewrapSandbox:
         limits = self.limits
         args = [self.bwrap]
         # namespaces and identity
-        args += ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc"]
+        args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc"]
         args += ["--unshare-uts", "--unshare-cgroup-try", "--disable-userns"]
         args += ["--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox"]
         args += ["--cap-drop", "ALL", "--new-session", "--die-with-parent"]
