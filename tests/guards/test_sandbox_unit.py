@@ -182,8 +182,8 @@ def test_bwrap_argv_has_every_guard() -> None:
     box = BubblewrapSandbox(limits=SandboxLimits(shm_bytes=5 << 20, tmp_bytes=7 << 20))
     argv = box.argv(["bash", "-c", injection], seccomp_fd=7, info_fd=8)
     for flag in (
-        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-        "--disable-userns", "--new-session", "--die-with-parent",
+        "--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc",
+        "--unshare-uts", "--disable-userns", "--new-session", "--die-with-parent",
     ):  # fmt: skip
         assert flag in argv
     pairs = list(itertools.pairwise(argv))
@@ -347,7 +347,8 @@ async def test_shell_tool_spec_and_result(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "arguments", [{}, {"command": ""}, {"command": 3}, {"command": "ls", "x": 1}]
+    "arguments",
+    [{}, {"command": ""}, {"command": 3}, {"command": "ls", "x": 1}, {"command": "x" * 1_000_001}],
 )
 async def test_shell_tool_validates(arguments: dict[str, object]) -> None:
     tool = shell_tool(HostExecution(), allow_host=True)
@@ -412,3 +413,19 @@ def test_command_cgroup_writes_every_bound_cap(tmp_path: Path) -> None:
     }
     only_pids = CommandCgroup(CgroupSupport(tmp_path, frozenset({"pids"}), "no"), limits)
     assert sorted(p.name for p in only_pids.path.iterdir()) == ["pids.max"]
+
+
+async def test_an_oversized_command_is_refused_with_a_way_forward() -> None:
+    tool = shell_tool(HostExecution(), allow_host=True)
+    with pytest.raises(InvalidArguments, match="over the 1,000,000-byte limit; write a long"):
+        await tool.invoke({"command": "é" * 600_000}, CTX)  # 1.2 MB in UTF-8
+
+
+async def test_a_command_that_cannot_start_is_a_clear_tool_failure(tmp_path: Path) -> None:
+    class Broken(HostExecution):
+        async def run(self, argv, *, timeout=None, stdin=None):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
+            raise OSError(7, "Argument list too long")
+
+    tool = shell_tool(Broken(), allow_host=True)
+    with pytest.raises(ToolFailure, match="could not be started \\(Argument list too long\\)"):
+        await tool.invoke({"command": "true"}, CTX)
