@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import struct
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -358,3 +360,45 @@ async def test_concurrent_commands_each_get_their_own_sandbox(
     assert [r.stdout.split() for r in results] == [["0", "0"], ["1", "1"], ["2", "2"]]
     listing = await sandbox.run(["bash", "-c", "ls f*; ls /tmp"])
     assert listing.stdout.split() == ["f0", "f1", "f2"]  # the copy is shared, /tmp is not
+
+
+FAKE_SYSTEMD_RUN = """#!/bin/bash
+echo "$*" >> {log}
+while [ "$1" != "--" ]; do shift; done; shift; exec "$@"
+"""
+
+
+def _fake_systemd_run() -> tuple[Path, Path]:
+    """A folder with the stand-in, and its log, that the sandbox user can run and write."""
+    fake_bin = Path(tempfile.mkdtemp(prefix="tether-fake-systemd-"))
+    fake_bin.chmod(0o755)
+    log = fake_bin / "systemd.log"
+    log.touch()
+    log.chmod(0o666)
+    (fake_bin / "systemd-run").write_text(FAKE_SYSTEMD_RUN.format(log=log))
+    (fake_bin / "systemd-run").chmod(0o755)
+    return fake_bin, log
+
+
+async def test_systemd_scopes_carry_the_caps_where_systemd_run_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in ``systemd-run`` that runs the command without a scope: the caps reach
+    its command line, and the kill does not trust a cgroup that is not a scope."""
+    fake_bin, log = _fake_systemd_run()
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    limits = SandboxLimits(memory_bytes=300 << 20, max_processes=40, cpus=1.5)
+    marker = "4646." + str(uuid.uuid4().int)[:8]
+    with reaping(marker):
+        async with BubblewrapSandbox(limits=limits, uid=SANDBOX_UID) as box:
+            result = await box.run(["bash", "-c", f"(setsid sleep {marker} &); echo ran"])
+            assert live_with(marker) == set()
+    assert result.stdout == "ran\n" and result.enforcement is not None
+    assert result.enforcement.total_memory and result.enforcement.cpu_share
+    assert result.enforcement.kill == "cgroup" and "systemd scope" in result.enforcement.note
+    lines = log.read_text().splitlines()  # the probe, then each command sandbox
+    shutil.rmtree(fake_bin)
+    calls = [line for line in lines if line.startswith("--scope --quiet --collect")]
+    assert len(calls) >= 2
+    assert f"MemoryMax={300 << 20} -p MemorySwapMax=0 -p TasksMax=40 -p CPUQuota=150%" in calls[1]
+    assert "nsenter" in calls[1]

@@ -28,6 +28,7 @@ from tether.guards.sandbox import bwrap as bwrap_module
 from tether.guards.sandbox import container as container_module
 from tether.guards.sandbox._cgroup import CONTROLLERS, CgroupSupport, CommandCgroup
 from tether.guards.sandbox._output import CappedText, escape_controls
+from tether.guards.sandbox._systemd import killable
 from tether.guards.sandbox.seccomp import build_filter
 from tether.loop import Agent
 from tether.providers.scripted import ScriptedClient, call_reply, text_reply
@@ -429,3 +430,16 @@ async def test_a_command_that_cannot_start_is_a_clear_tool_failure(tmp_path: Pat
     tool = shell_tool(Broken(), allow_host=True)
     with pytest.raises(ToolFailure, match="could not be started \\(Argument list too long\\)"):
         await tool.invoke({"command": "true"}, CTX)
+
+
+@pytest.mark.parametrize(
+    ("path", "own", "ok"),
+    [
+        ("/user.slice/user-1000.slice/run-r1.scope", "/user.slice/session-2.scope", True),
+        ("/user.slice/session-2.scope", "/user.slice/session-2.scope", False),  # tether's own
+        ("/app.scope", "/app.scope/tether", False),  # above tether
+        ("/user.slice", "/other.scope", False),  # not a scope
+    ],
+)
+def test_only_a_command_scope_is_ever_killed(path: str, own: str, ok: bool) -> None:
+    assert killable(path, own) is ok

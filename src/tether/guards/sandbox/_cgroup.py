@@ -8,6 +8,8 @@ What a host offers varies, so :func:`detect` finds out once and says it in a sen
 - the ``memory``, ``pids`` and ``cpu`` controllers bind only if they are enabled in that
   folder's ``cgroup.subtree_control`` (a delegated subtree). tether never moves itself to
   enable them; for an explicit ``parent`` it tries ``+memory +pids +cpu`` once;
+- where no controller binds there but ``systemd-run --scope`` works (``_systemd``), each
+  command runs in its own transient scope with ``MemoryMax``, ``TasksMax``, ``CPUQuota``;
 - otherwise (no cgroup v2, read-only ``/sys/fs/cgroup``): no cgroup, and the caller falls
   back to killing the command's PID namespace.
 
@@ -25,6 +27,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.guards.sandbox import _systemd
+from tether.guards.sandbox._systemd import SystemdScopes
 from tether.guards.sandbox.base import SandboxLimits
 
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -42,10 +46,25 @@ class CgroupSupport:
     """Which of ``memory``, ``pids``, ``cpu`` bind in those cgroups."""
     reason: str
     """Why not more, in one sentence ("" when everything binds)."""
+    systemd: SystemdScopes | None = None
+    """Start each command in its own systemd scope instead (then ``parent`` is None)."""
+
+    @property
+    def usable(self) -> bool:
+        """Whether commands get a cgroup of their own."""
+        return self.parent is not None or self.systemd is not None
 
 
 def detect(parent: Path | None = None) -> CgroupSupport:
-    """Find where per-command cgroups can be made, and which controllers bind there."""
+    """Find where per-command cgroups can be made, and which controllers bind there;
+    without an explicit ``parent``, fall back to systemd scopes when none binds."""
+    found = _detect_folder(parent)
+    if parent is None and not found.controllers and (scopes := _systemd.find()) is not None:
+        return CgroupSupport(None, frozenset(CONTROLLERS), "", systemd=scopes)
+    return found
+
+
+def _detect_folder(parent: Path | None) -> CgroupSupport:
     explicit = parent is not None
     mount = _cgroup2_mount()
     if mount is None:
@@ -73,6 +92,17 @@ def detect(parent: Path | None = None) -> CgroupSupport:
         else ""
     )
     return CgroupSupport(parent, controllers, reason)
+
+
+def own_scope_of(pid: int) -> Path | None:
+    """The systemd scope folder ``pid`` runs in (never tether's own cgroup or above)."""
+    return _systemd.scope_of(pid, _cgroup2_mount(), _own_cgroup())
+
+
+def kill_folder(path: Path) -> None:
+    """SIGKILL every process of the cgroup folder ``path`` (``cgroup.kill``)."""
+    with contextlib.suppress(OSError):
+        (path / "cgroup.kill").write_text("1")
 
 
 class CommandCgroup:

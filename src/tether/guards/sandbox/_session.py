@@ -23,12 +23,14 @@ import json
 import os
 import signal
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError
-from tether.guards.sandbox._cgroup import CgroupSupport, CommandCgroup
+from tether.guards.sandbox._cgroup import CgroupSupport, CommandCgroup, kill_folder, own_scope_of
 from tether.guards.sandbox._copy import write_tree
 from tether.guards.sandbox._exec import Running, start
+from tether.guards.sandbox._systemd import scope_argv
 from tether.guards.sandbox.base import DEFAULT_ENV, SandboxUnavailable
 
 if TYPE_CHECKING:
@@ -139,8 +141,11 @@ class CommandSandbox:
         self.cgroup = cgroup
         self._request_fd = request_fd
         self._info_fd = info_fd
+        self._scoped = False
         self._pid1: asyncio.Future[int | None] = asyncio.ensure_future(self._learn_pid1())
         self._pidfd: int | None = None
+        self._scope: Path | None = None
+        """The systemd scope the command runs in, if any."""
 
     @classmethod
     async def start(
@@ -163,6 +168,8 @@ class CommandSandbox:
         ]  # fmt: skip
         if cgroup is not None:  # join the cgroup before anything forks
             argv = ["/bin/bash", "-c", f'read -r _ <&{gate_r} && exec "$@"', "gate", *argv]
+        elif cgroups.systemd is not None:  # systemd-run joins its scope, then execs
+            argv = [*scope_argv(cgroups.systemd, box.limits), *argv]
         try:
             running = await start(
                 argv,
@@ -184,7 +191,9 @@ class CommandSandbox:
             for fd in (*child_fds, gate_w):
                 if fd >= 0:
                     os.close(fd)
-        return cls(running, request_w, info_r, cgroup)
+        sandbox = cls(running, request_w, info_r, cgroup)
+        sandbox._scoped = cgroups.systemd is not None
+        return sandbox
 
     def usable(self) -> bool:
         """Not started a command yet, and still alive."""
@@ -224,6 +233,8 @@ class CommandSandbox:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         if self.cgroup is not None:
             self.cgroup.kill()
+        if self._scope is not None:
+            kill_folder(self._scope)
         if self._pidfd is not None:
             await _wait_readable(self._pidfd, _KILL_WAIT_S)  # PID 1 exits last of its namespace
             os.close(self._pidfd)
@@ -257,6 +268,8 @@ class CommandSandbox:
             self._pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             return None
+        if self._scoped:
+            self._scope = own_scope_of(pid)
         return pid
 
     def _close_info(self) -> None:

@@ -380,7 +380,7 @@ def _enforcement(limits: SandboxLimits, cgroups: _cgroup.CgroupSupport) -> Enfor
         ]
         if controller not in bound
     ]
-    note = "Caps: " + ", ".join(caps) + "."
+    note = "Caps: " + ", ".join(caps) + (" (a systemd scope)." if cgroups.systemd else ".")
     if missing:
         note += f" Not capped: {', '.join(missing)} ({cgroups.reason})."
     return Enforcement(
@@ -388,7 +388,7 @@ def _enforcement(limits: SandboxLimits, cgroups: _cgroup.CgroupSupport) -> Enfor
         total_processes="pids" in bound,
         cpu_share="cpu" in bound,
         work_disk=True,
-        kill="cgroup" if cgroups.parent is not None else "pid namespace",
+        kill="cgroup" if cgroups.usable else "pid namespace",
         note=note,
     )
 
