@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tether.clients import ChatClient
 from tether.errors import TetherError
@@ -69,10 +70,13 @@ def _demo_client(spec: str | None) -> ChatClient:
 
     spec = spec or os.environ.get("TETHER_MODEL") or "local"
     if spec.strip() == "local":
-        from tether.providers.local import demo_client, local_model_banner
+        from tether.constrained import ConstrainedToolCalling
+        from tether.providers.local import LocalClient, local_model_banner
 
         console.print(f"[yellow]{local_model_banner()}[/]", highlight=False)
-        return demo_client()
+        local = LocalClient()
+        local.load(say=lambda line: console.print(line, markup=False, highlight=False))
+        return ConstrainedToolCalling(local)
     from tether.providers.registry import client_from_string
 
     return client_from_string(spec)
@@ -96,7 +100,11 @@ def serve_local_command(
     """Serve the embedded model over an OpenAI-compatible HTTP API (/v1/chat/completions)."""
     from tether.providers.local_server import serve_local
 
-    serve_local(host, port)
+    try:
+        serve_local(host, port)
+    except TetherError as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from exc
 
 
 @app.command("lint")
