@@ -159,30 +159,37 @@ def load_model(path: Path, n_threads: int, n_ctx: int) -> LoadedModel:
     with _MODELS_LOCK:
         loaded = _MODELS.get(key)
         if loaded is None:
-            xlc = _import_runtime()
-            params = xlc.CommonParams()
-            params.model.path = str(path)
-            params.n_ctx = n_ctx
-            params.n_parallel = 1  # one conversation at a time keeps its prompt cache
-            params.ctx_shift = False  # a reply ends at the window, never slides past it
-            params.cpuparams.n_threads = n_threads
-            params.cpuparams_batch.n_threads = n_threads
-            params.verbosity = -1  # llama.cpp's own logs stay silent
-            params.warmup = False
-            params.ui = False
-            params.n_threads_http = 1
-            params.api_keys = [secrets.token_hex(16)]  # the HTTP port answers no one else
-            try:
-                server = xlc.Server(params)
-            except (RuntimeError, ValueError, OSError) as exc:
-                raise ConfigError(
-                    f"cannot load the model file {path}: llama.cpp rejected it ({exc}); "
-                    "give a GGUF chat model"
-                ) from exc
+            server = start_server(path, n_threads, n_ctx, api_key=secrets.token_hex(16))
             if not _MODELS:
                 atexit.register(close_models)
             loaded = _MODELS[key] = LoadedModel(server, path, n_threads)
         return loaded
+
+
+def start_server(path: Path, n_threads: int, n_ctx: int, *, api_key: str) -> Any:
+    """llama.cpp's server for the model at ``path``, in this process: its Python API takes
+    requests directly, its HTTP port (``.listening_address``, on 127.0.0.1) only with
+    ``api_key``. It stops when the last reference to it goes."""
+    xlc = _import_runtime()
+    params = xlc.CommonParams()
+    params.model.path = str(path)
+    params.n_ctx = n_ctx
+    params.n_parallel = 1  # one conversation at a time keeps its prompt cache
+    params.ctx_shift = False  # a reply ends at the window, never slides past it
+    params.cpuparams.n_threads = n_threads
+    params.cpuparams_batch.n_threads = n_threads
+    params.verbosity = -1  # llama.cpp's own logs stay silent
+    params.warmup = False
+    params.ui = False
+    params.n_threads_http = 1
+    params.api_keys = [api_key]
+    try:
+        return xlc.Server(params)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise ConfigError(
+            f"cannot load the model file {path}: llama.cpp rejected it ({exc}); "
+            "give a GGUF chat model"
+        ) from exc
 
 
 def close_models() -> None:
