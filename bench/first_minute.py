@@ -61,6 +61,7 @@ def demo(cwd: Path, env: dict[str, str]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--rev", default="HEAD", help="the commit to measure (default: HEAD)")
     args = parser.parse_args()
     if shutil.which("uv") is None:
         sys.exit("uv is not on PATH: pip install uv")
@@ -70,13 +71,15 @@ def main() -> None:
         cache.mkdir()
         env = clean_env(cache)
         rows = [("git clone", run(["git", "clone", "--quiet", str(ROOT), str(clone)], folder, env))]
+        run(["git", "checkout", "--quiet", args.rev], clone, env)
         rows.append(("uv sync --locked (empty cache)", run(["uv", "sync", "--locked"], clone, env)))
         marks = demo(clone, env)
         for name in ("first line", "loading", "model ready", "answer"):
             if name in marks:
                 rows.append((f"tether demo: {name}", marks[name]))
         total = rows[0][1] + rows[1][1] + marks["answer"]
-        print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}\n")
+        load = os.getloadavg()[0]
+        print(f"revision: {args.rev}, cpus: {os.cpu_count()}, load average: {load:.1f}\n")
         print("| step | seconds |\n|---|---|")
         for name, seconds in rows:
             print(f"| {name} | {seconds:.1f} |")
