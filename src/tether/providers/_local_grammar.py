@@ -61,7 +61,7 @@ def validate(grammar: str) -> str:
     except ImportError as exc:
         raise ConfigError(
             f"the local model needs llguidance, which cannot be imported ({exc}); "
-            "install tether with its local extra: pip install 'tether[local]'"
+            "install tether's local extra: uv add 'tether[local]' or pip install llguidance"
         ) from exc
     is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     if not is_error:

