@@ -165,6 +165,11 @@ class FunctionTool(Tool):
         self.spec = ToolSpec(tool_name, text, schema, strict)
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        return to_text(await self.run(arguments, ctx))
+
+    async def run(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
+        """Validate ``arguments`` and call the function; return its value unserialised
+        (what a workflow step gets)."""
         try:
             parsed = self._validate(arguments)
         except self._validation_error as exc:
@@ -173,12 +178,10 @@ class FunctionTool(Tool):
         if self._ctx_param:
             kwargs[self._ctx_param] = ctx
         if self._is_async:
-            value = await self.func(**kwargs)
-        elif self._thread:
-            value = await asyncio.to_thread(self.func, **kwargs)
-        else:
-            value = self.func(**kwargs)
-        return to_text(value)
+            return await self.func(**kwargs)
+        if self._thread:
+            return await asyncio.to_thread(self.func, **kwargs)
+        return self.func(**kwargs)
 
     async def __call__(self, **kwargs: Any) -> Any:
         """Call the underlying function directly (tests, scripts)."""
