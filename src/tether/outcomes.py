@@ -12,7 +12,9 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal
+
+from typing_extensions import TypeVar
 
 from tether.errors import RunNotCompleted, StateError
 from tether.messages import (
@@ -26,6 +28,11 @@ from tether.messages import (
     usage_from_dict,
     usage_to_dict,
 )
+
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of ``RunResult.output`` (``Agent`` makes it ``str`` unless given an output type)."""
+NO_VALUE: Any = object()
+"""``RunResult.value`` of a run without a validated output (the answer is the text)."""
 
 OutcomeKind = Literal[
     "completed",
@@ -162,7 +169,7 @@ class RunState:
 
 
 @dataclass(frozen=True, slots=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """The end of a run: outcome, full transcript, summed usage."""
 
     outcome: Outcome
@@ -172,13 +179,18 @@ class RunResult:
     run_id: str = ""
     state: RunState | None = None
     """Set when the run can be resumed (``awaiting_approval``)."""
+    value: Any = NO_VALUE
+    """The validated final answer of an agent with an ``output_type``."""
 
     @property
-    def output(self) -> str:
-        """The final answer; raises :class:`RunNotCompleted` unless the run completed."""
+    def output(self) -> OutputT:
+        """The final answer (the validated object with an ``output_type``, else the text);
+        raises :class:`RunNotCompleted` unless the run completed."""
         if self.outcome.kind != "completed":
             raise RunNotCompleted(self)
-        return self.transcript[-1].text
+        if self.value is not NO_VALUE:
+            return self.value  # type: ignore[no-any-return]
+        return self.transcript[-1].text  # type: ignore[return-value]
 
     @property
     def pending(self) -> tuple[PendingApproval, ...]:
