@@ -58,6 +58,7 @@ REQUEST_MODEL = "gen_ai.request.model"
 REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 REQUEST_TEMPERATURE = "gen_ai.request.temperature"
 REQUEST_STREAM = "gen_ai.request.stream"
+OUTPUT_TYPE = "gen_ai.output.type"
 RESPONSE_MODEL = "gen_ai.response.model"
 RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
@@ -183,6 +184,8 @@ class TracingChatClient(DelegatingChatClient):
             attributes[REQUEST_MAX_TOKENS] = options.max_output_tokens
         if options.temperature is not None:
             attributes[REQUEST_TEMPERATURE] = options.temperature
+        if options.output_schema is not None:
+            attributes[OUTPUT_TYPE] = "json"
         if self.capture_content:
             attributes[INPUT_MESSAGES] = _json([message_json(m) for m in messages])
             if options.instructions:
