@@ -40,6 +40,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
+from tether import _genai as genai
 from tether import observe
 from tether.clients import ChatClient, ChatOptions, ChatResponse, DelegatingChatClient, StreamChunk
 from tether.errors import (
@@ -141,7 +142,7 @@ class Workflow:
         """Set when a bound stopped a step; the workflow then ends with this outcome."""
         self.budget = Budget(limits)
         self._tape = tape
-        self._tracer = tracer or trace.get_tracer(observe.TRACER_NAME)
+        self._tracer = tracer or trace.get_tracer(genai.TRACER_NAME)
         self._capture = capture_content
         self.client: ChatClient = _Metered(client, self)
 
@@ -213,15 +214,15 @@ class Workflow:
         index = len(self.steps) + 1
         call = ToolCall(f"step_{index}", label, dict(arguments))
         attributes: dict[str, Any] = {
-            observe.OPERATION: "execute_tool",
-            observe.TOOL_NAME: label,
-            observe.TOOL_TYPE: "function",
-            observe.TOOL_CALL_ID: call.id,
+            genai.OPERATION: "execute_tool",
+            genai.TOOL_NAME: label,
+            genai.TOOL_TYPE: "function",
+            genai.TOOL_CALL_ID: call.id,
         }
         if isinstance(tool, Tool):
-            attributes[observe.TOOL_DESCRIPTION] = tool.spec.description
+            attributes[genai.TOOL_DESCRIPTION] = tool.spec.description
         if self._capture:
-            attributes[observe.TOOL_CALL_ARGUMENTS] = observe._json(dict(arguments))
+            attributes[genai.TOOL_CALL_ARGUMENTS] = genai.to_json(dict(arguments))
         async with self._step(label, "tool", f"execute_tool {label}", attributes) as span:
             ctx = RunContext(self.deps, self.run_id, call, self.calls, self.usage, self._add)
             try:
@@ -234,7 +235,7 @@ class Workflow:
             if self._tape is not None:
                 self._tape.tool_step(call, text, False, self.calls)
             if self._capture:
-                span.set_attribute(observe.TOOL_CALL_RESULT, text)
+                span.set_attribute(genai.TOOL_CALL_RESULT, text)
             return value
 
     @contextlib.asynccontextmanager
@@ -292,12 +293,12 @@ class Workflow:
                 yield span
             except BaseException as exc:
                 error = _error_kind(exc)
-                observe.record_error(span, exc)
+                genai.record_error(span, exc)
                 raise
             finally:
                 spent = _minus(self.usage, usage_before)
                 if kind == "extract":
-                    observe.set_usage(span, spent)
+                    genai.set_usage(span, spent)
                 seconds = time.perf_counter() - started
                 self.steps.append(Step(index, name, kind, seconds, spent, error))
 
@@ -357,7 +358,7 @@ async def run_workflow(
     limits = limits or Limits()
     label = name or _name_of(body)
     run_id = run_id or secrets.token_hex(16)
-    tracer = trace.get_tracer(observe.TRACER_NAME, tracer_provider=tracer_provider)
+    tracer = trace.get_tracer(genai.TRACER_NAME, tracer_provider=tracer_provider)
     traced = client
     if not isinstance(client, observe.TracingChatClient):
         traced = observe.TracingChatClient(
@@ -373,10 +374,10 @@ async def run_workflow(
         capture_content=capture_content,
     )
     attributes: dict[str, Any] = {
-        observe.OPERATION: WORKFLOW_OPERATION,
-        observe.PROVIDER: observe._provider_name(client),
-        observe.AGENT_NAME: label,
-        observe.CONVERSATION_ID: run_id,
+        genai.OPERATION: WORKFLOW_OPERATION,
+        genai.PROVIDER: observe._provider_name(client),
+        genai.AGENT_NAME: label,
+        genai.CONVERSATION_ID: run_id,
     }
     with tracer.start_as_current_span(
         f"{WORKFLOW_OPERATION} {label}",
@@ -389,12 +390,12 @@ async def run_workflow(
         try:
             outcome, value = await _drive(wf, body)
         except BaseException as exc:
-            observe.record_error(span, exc)
+            genai.record_error(span, exc)
             raise
-        span.set_attribute(observe.OUTCOME, outcome.kind)
-        observe.set_usage(span, wf.usage)
+        span.set_attribute(genai.OUTCOME, outcome.kind)
+        genai.set_usage(span, wf.usage)
         if outcome.kind != "completed":
-            span.set_attribute(observe.ERROR_TYPE, outcome.kind)
+            span.set_attribute(genai.ERROR_TYPE, outcome.kind)
             span.set_status(Status(StatusCode.ERROR, outcome.reason))
     return WorkflowResult(outcome, value, wf.usage, wf.calls, tuple(wf.steps), run_id)
 
@@ -452,7 +453,7 @@ def _error_kind(exc: BaseException) -> str:
         return exc.outcome.kind
     if isinstance(exc, StructuredOutputError):
         return exc.kind
-    return observe.error_type(exc)
+    return genai.error_type(exc)
 
 
 def _name_of(function: Any) -> str:
