@@ -16,6 +16,7 @@ from typing import Any
 
 from tether.errors import StateError, ToolFailure
 from tether.events import Listener, ToolCallFinished, ToolCallStarted
+from tether.labels import cap_text as cap_text  # labelled results are cut inside
 from tether.limits import Limits
 from tether.messages import ToolCall, ToolResult
 from tether.outcomes import Decision, PendingApproval, arguments_hash
@@ -25,15 +26,6 @@ REFUSED = "Refused by the user; do not retry this call, propose another way."
 NOT_EXECUTED_TRUNCATED = "Not executed: the response was cut off (output token limit)."
 NOT_EXECUTED_CANCELLED = "Not executed: the run was cancelled."
 CUT_HINT = "ask for less (a filter, a page) to see the rest"
-
-
-def cap_text(text: str, limit: int | None, hint: str | None = None) -> str:
-    """``text`` cut to ``limit`` characters with a notice saying how much was left out
-    and, when ``hint`` is given, how to get the rest (``[N characters omitted: hint]``)."""
-    if limit is None or len(text) <= limit:
-        return text
-    how = f": {hint}" if hint else ""
-    return f"{text[:limit]}\n[{len(text) - limit} characters omitted{how}]"
 
 
 @dataclass(slots=True)

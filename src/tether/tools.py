@@ -20,7 +20,7 @@ import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from tether.errors import InvalidArguments, ToolDefinitionError
 from tether.messages import ToolCall, Usage
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 DepsT = TypeVar("DepsT")
+Effect = Literal["read", "write", "communicate", "money", "destructive", "credential"]
+"""What a call does to the world, declared on the tool and read by policies."""
+ArgRole = Literal["counterparty", "object", "content", "credential"]
+"""What an argument is: who the call reaches, what it acts on, free text it sends, a secret."""
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -56,6 +60,8 @@ class RunContext(Generic[DepsT]):
     turn: int = 0
     usage: Usage = field(default_factory=Usage)
     usage_sink: Callable[[Usage], None] | None = None
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Per-run JSON-ready data shared by every call of a run and by the run's policy."""
 
     def report_usage(self, usage: Usage) -> None:
         """Add tokens spent inside the tool (a sub-agent, a summariser) to the run's usage,
@@ -74,6 +80,12 @@ class Tool:
 
     spec: ToolSpec
     requires_approval: bool = False
+    effect: Effect | None = None
+    """What a call does (``None``: undeclared)."""
+    roles: Mapping[str, ArgRole] = {}
+    """The role of each argument that has one, by argument name."""
+    third_party: tuple[str, ...] = ()
+    """Dotted paths of the result's JSON fields written by a third party."""
 
     @property
     def name(self) -> str:
@@ -104,6 +116,9 @@ class DelegatingTool(Tool):
         self.inner = inner
         self.spec = inner.spec
         self.requires_approval = inner.requires_approval
+        self.effect = inner.effect
+        self.roles = inner.roles
+        self.third_party = inner.third_party
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         return await self.inner.invoke(arguments, ctx)
@@ -137,9 +152,15 @@ class FunctionTool(Tool):
         strict: bool = False,
         requires_approval: bool = False,
         thread: bool = True,
+        effect: Effect | None = None,
+        roles: Mapping[str, ArgRole] | None = None,
+        third_party: Sequence[str] = (),
     ) -> None:
         self.func = func
         self.requires_approval = requires_approval
+        self.effect = effect
+        self.roles = dict(roles or {})
+        self.third_party = tuple(third_party)
         self._is_async = inspect.iscoroutinefunction(func)
         self._thread = thread
         tool_name = name or func.__name__
@@ -201,6 +222,9 @@ def tool(
     strict: bool = False,
     requires_approval: bool = False,
     thread: bool = True,
+    effect: Effect | None = None,
+    roles: Mapping[str, ArgRole] | None = None,
+    third_party: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -213,6 +237,9 @@ def tool(
     strict: bool = False,
     requires_approval: bool = False,
     thread: bool = True,
+    effect: Effect | None = None,
+    roles: Mapping[str, ArgRole] | None = None,
+    third_party: Sequence[str] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Use bare (``@tool``) or with options.
 
@@ -228,6 +255,9 @@ def tool(
             strict=strict,
             requires_approval=requires_approval,
             thread=thread,
+            effect=effect,
+            roles=roles,
+            third_party=third_party,
         )
 
     return make(func) if func is not None else make
