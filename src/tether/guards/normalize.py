@@ -28,6 +28,7 @@ __all__ = [
     "compact",
     "decodings",
     "digits",
+    "disguised",
     "fold",
     "plausible",
     "url_key",
@@ -63,6 +64,15 @@ def fold(text: str) -> str:
     if not text.isascii():
         text = text.translate(_homoglyphs())
     return _SPACE.sub(" ", text.casefold()).strip()
+
+
+def disguised(text: str) -> bool:
+    """Whether ``text`` holds invisible characters or letters that only look like ASCII
+    (an address written so is not the address it resembles)."""
+    text = unicodedata.normalize("NFKC", text)
+    if any(unicodedata.category(c) == "Cf" for c in text):
+        return True
+    return not text.isascii() and text.translate(_homoglyphs()) != text
 
 
 def compact(text: str) -> str:

@@ -27,6 +27,7 @@ from tether.guards.normalize import (
     compact,
     decodings,
     digits,
+    disguised,
     fold,
     plausible,
     value_keys,
@@ -91,7 +92,11 @@ class ProvenanceStore:
     # --- recording ---------------------------------------------------------------------
 
     def _put(self, key: str, origin: str, source: str, how: str = "verbatim") -> None:
-        self.data["values"].setdefault(key, [origin, source, how])
+        first = self.data["values"].setdefault(key, [origin, source, how])
+        if first[0] != origin and origin in UNTRUSTED:  # a later third-party mention
+            also = self.data.setdefault("also", {}).setdefault(key, [])
+            if origin not in also:
+                also.append(origin)
 
     def add_value(self, value: str, origin: Origin, source: str) -> None:
         """Record one field value: its whole folded text and the values inside it."""
@@ -156,8 +161,25 @@ class ProvenanceStore:
                 return hit
         return None
 
+    def mentioned_by(self, value: str, origins: Iterable[str] = UNTRUSTED) -> bool:
+        """Whether ``value`` was ever seen with one of ``origins``, first or later."""
+        wanted = frozenset(origins)
+        also: Mapping[str, list[str]] = self.data.get("also", {})
+        for key in value_keys(value):
+            hit = self.seen(key)
+            if hit is not None and hit.origin in wanted:
+                return True
+            if wanted.intersection(also.get(key, ())):
+                return True
+        return False
+
     def trusted(self, value: str) -> Seen | None:
-        """The trusted sighting of ``value``, if it was first seen with a trusted origin."""
+        """The trusted sighting of ``value``, if it was first seen with a trusted origin.
+
+        A value written with look-alike or invisible characters is never trusted, even
+        when it folds to a trusted one: it is another address that only looks the same."""
+        if disguised(value):
+            return None
         hit = self.first(value)
         return hit if hit is not None and hit.origin in TRUSTED else None
 
@@ -166,6 +188,8 @@ class ProvenanceStore:
         disguised, and values assembled from pieces of an untrusted text."""
         wanted = frozenset(origins)
         hits: dict[str, Seen] = {}
+        if self.trusted(value) is not None:
+            return []
         keys = set(value_keys(value))
         for how, plain in decodings(value):
             keys.update(v.key for v in values(plain) if how not in _BLIND or plausible(v))
