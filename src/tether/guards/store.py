@@ -47,6 +47,7 @@ _MAX_CHARS = 20_000
 _MAX_NGRAMS = 4_000
 _WORD = re.compile(r"[^\W_]+")
 _BLIND = ("reversed", "rot13")
+_PUNCT = ".,;:!?()[]{}'\"«»"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,8 @@ class ProvenanceStore:
         self.add_value(text, origin, source)
         words = _WORD.findall(fold(text))
         if origin in TRUSTED:
+            for token in fold(text).split():
+                self._put(f"text:{token.strip(_PUNCT)}", origin, source)
             count = 0
             for n in (1, 2, 3, 4):
                 for i in range(len(words) - n + 1):
