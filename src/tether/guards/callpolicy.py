@@ -12,8 +12,10 @@
   or its registry did not name, so no approval can unlock it;
 * **ask** (``strict=True``: deny): on a call with a side effect, a counterparty that did not
   come from the user, the application or its registry (``known_counterparty``);
-* **ask**: a ``money`` or ``destructive`` action (``object_effects``) on an object first seen
-  in third-party text, mentioned by one, or never seen at all;
+* **ask**: a ``money`` or ``destructive`` action (``object_effects``) on an object the user
+  did not name that was first seen in third-party text, mentioned by one, or never seen;
+* **ask**: such an action on any object the user did not name, once third-party text in the
+  run reads like instructions (:func:`~tether.guards.instructions.flag_instructions`);
 * **ask**: content that carries a link, address or account number that is not from the
   user, the application or a system-of-record field;
 * **ask**: a credential argument that the user or the application did not give.
@@ -30,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import Any
 
-from tether.guards.instructions import flag_instructions
+from tether.guards.instructions import INSTRUCTION_REASONS, flag_instructions
 from tether.guards.normalize import decodings, disguised, plausible, value_keys, values
 from tether.guards.store import UNTRUSTED, ProvenanceStore, Seen
 from tether.labels import read_label
@@ -151,6 +153,9 @@ class ProvenancePolicy:
             role = tool.roles.get(name)
             outward = effect == "communicate" or role in ("counterparty", "content")
             for text in _strings(value):
+                named = store.trusted(text) if role in ("counterparty", "object") else None
+                is_named = named is not None and named.origin in NAMED
+                known = False
                 if outward:
                     leak = store.untrusted(text, {"credential"}) or (
                         store.copied(text, {"credential"})
@@ -164,8 +169,6 @@ class ProvenancePolicy:
                             "it can never be sent out",
                         )
                 if role in ("counterparty", "object") and (side or role == "counterparty"):
-                    named = store.trusted(text)
-                    is_named = named is not None and named.origin in NAMED
                     known = role == "counterparty" and await self._known(text, ctx)
                     if self.scoped and not (is_named or known):
                         yield _Finding(
@@ -185,10 +188,20 @@ class ProvenancePolicy:
                         f"({_origin(store, text)})",
                         _grant_keys(text),
                     )
-                if role == "object" and effect in self.object_effects and not is_named:
+                by_user = named is not None and named.origin == "user"
+                if role == "object" and effect in self.object_effects and not by_user:
                     first = store.first(text)
                     clean = first is not None and not store.mentioned_by(text)
-                    if not clean:
+                    if clean and _instructed(store):
+                        yield _Finding(
+                            "ask",
+                            "provenance.object_after_instructions",
+                            name,
+                            f"{effect} action on {name} {text!r}, which the user did not name, "
+                            "after third-party text that reads like instructions",
+                            _grant_keys(text),
+                        )
+                    elif not clean:
                         yield _Finding(
                             "ask",
                             "provenance.object",
@@ -368,6 +381,11 @@ def _fields(node: Any, path: str) -> Iterator[tuple[str, str]]:
 
 def _under(path: str, paths: tuple[str, ...]) -> bool:
     return any(p in ("*", "") or path == p or path.startswith(p + ".") for p in paths)
+
+
+def _instructed(store: ProvenanceStore) -> bool:
+    """Whether third-party text read in this run holds instruction-like phrases."""
+    return any(reason in INSTRUCTION_REASONS for _, _, reason in store.data.get("flags", ()))
 
 
 def _flag(store: ProvenanceStore, text: str, source: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tether.guards.normalize import compact, decodings, fold, values
 
-__all__ = ["Flag", "flag_instructions"]
+__all__ = ["INSTRUCTION_REASONS", "Flag", "flag_instructions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +78,18 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:^|[.!?:]\s+|\n)\s*(?:please\s+|urgent(?:ly)?[:,]?\s+|now\s+)?"
             r"(?:send|forward|transfer|wire|pay|refund|delete|remove|cancel|book|post|share"
             r"|reply|e-?mail|click|visit|open|download|run|execute|change|update|add|invite"
-            r"|grant|reset|move|rembourse[rz]?|envoie[rz]?|transf[eé]re[rz]?|supprime[rz]?"
+            r"|grant|reset|move|reserve|buy|purchase|subscribe|rembourse[rz]?|envoie[rz]?|transf[eé]re[rz]?|supprime[rz]?"
             r"|annule[rz]?|paie[rz]?|payez|vire[rz]?|clique[rz]?|confirme[rz]?)\b[^.!?\n]*"
             r"|\bplease\s+(?:send|forward|transfer|wire|pay|refund|delete|remove|cancel|book"
-            r"|post|share|reply|click|visit|change|update|add|invite)\b[^.!?\n]*"
+            r"|post|share|reply|click|visit|change|update|add|invite|reserve|rent|buy|book"
+            r"|include)\b[^.!?\n]*"
             r"|\b(?:rembourser|envoyer|transf[ée]rer|supprimer|annuler|payer|virer)\b[^.!?\n]*",
             _I,
         ),
     ),
 )
+INSTRUCTION_REASONS: frozenset[str] = frozenset(reason for reason, _ in _PHRASES)
+"""The reasons that mark a phrase (not a value) as instruction-like."""
 _VALUE_REASONS = {
     "email": "contains an e-mail address",
     "url": "contains a link",

@@ -110,12 +110,13 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("iban", re.compile(r"\b[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?\b")),
     ("number", re.compile(r"(?<![\w.])\+?\d(?:[ .-]?\d){4,}(?![\d])")),
     ("number", re.compile(r"(?<=[a-z])\d{6,}")),  # digits right after letters (FR7630...)
-    ("id", re.compile(r"\b[a-z]{1,6}-?\d{2,}\b")),
+    ("id", re.compile(r"\b[a-z]{1,6}(?:-\d+|\d{2,})\b")),
     ("channel", re.compile(r"(?<![\w&])#[a-z0-9][\w.-]{1,}")),
     ("handle", re.compile(r"(?<![\w.@])@[a-z0-9_][\w.-]{1,}")),
     ("token", re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[a-z])[\w-]{12,}\b")),
 )
 _TRAILING = ".,;:!?)]}'\"/"
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}")
 
 
 def url_key(url: str) -> str:
@@ -155,6 +156,8 @@ def values(text: str) -> list[Value]:
     found: dict[str, Value] = {}
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(folded):
+            if kind == "number" and _DATE.match(m.group()):
+                continue
             key = _key(kind, m.group())
             if key and key not in found:
                 found[key] = Value(kind, key, m.group().rstrip(_TRAILING))
