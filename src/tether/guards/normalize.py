@@ -116,7 +116,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("token", re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[a-z])[\w-]{12,}\b")),
 )
 _TRAILING = ".,;:!?)]}'\"/"
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?: \d{2})?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}(?: \d{2})?")
 
 
 def url_key(url: str) -> str:
@@ -156,7 +156,7 @@ def values(text: str) -> list[Value]:
     found: dict[str, Value] = {}
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(folded):
-            if kind == "number" and _DATE.match(m.group()):
+            if kind == "number" and _DATE.fullmatch(m.group()):
                 continue
             key = _key(kind, m.group())
             if key and key not in found:
