@@ -80,12 +80,12 @@ class SubAgentTool(Tool):
     async def _run(self, prompt: str, run_id: str | None, ctx: RunContext[Any]) -> RunResult:
         """Run the sub-agent in its own task and report its usage, even when the caller
         is cancelled (then the sub-agent is cancelled too and the caller stays cancelled)."""
-        child = asyncio.ensure_future(self.agent.run(prompt, run_id=run_id))
+        child = self.agent.start(prompt, run_id=run_id)
         try:
-            result = await asyncio.shield(child)
+            result = await asyncio.shield(child.task)
         except asyncio.CancelledError:
             child.cancel()
-            (ended,) = await asyncio.gather(child, return_exceptions=True)
+            (ended,) = await asyncio.gather(child.task, return_exceptions=True)
             if not isinstance(ended, BaseException):
                 ctx.report_usage(ended.usage)
             raise

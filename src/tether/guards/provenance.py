@@ -34,6 +34,7 @@ from tether.errors import ConfigError, ToolFailure
 from tether.guards.approval import ApprovalRequest, Approver, ask, refusal
 from tether.labels import label, read_label
 from tether.messages import Message
+from tether.rulings import Ruling
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
 
 __all__ = [
@@ -269,12 +270,27 @@ class TaintPolicy(DelegatingTool):
             return True
         return super().needs_approval(arguments, ctx)
 
+    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+        """``deny`` for tainted arguments with ``action="deny"`` (before anyone is asked);
+        ``ask`` with ``action="defer"``; the inner tool's ruling otherwise."""
+        if self.action == "deny":
+            tainted = self.report(arguments, ctx)
+            if tainted:
+                return Ruling("deny", self._why(tainted), "taint", {"tainted": tainted})
+        return await super().ruling(arguments, ctx)
+
+    @staticmethod
+    def _why(tainted: Mapping[str, Mapping[str, str]]) -> str:
+        if not tainted:
+            return ""
+        name, hits = next(iter(tainted.items()))
+        value, source = next(iter(hits.items()))
+        return f"{name} carries {value!r}, which comes from untrusted content ({source})"
+
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         tainted = self.report(arguments, ctx) if self.action != "defer" else None
         if tainted:
-            name, hits = next(iter(tainted.items()))
-            value, source = next(iter(hits.items()))
-            why = f"{name} carries {value!r}, which comes from untrusted content ({source})"
+            why = self._why(tainted)
             if self.action == "deny" or self.approver is None:
                 raise ToolFailure(
                     f"Not allowed: {why}. Use values from the account or ask the user."

@@ -215,10 +215,12 @@ class _StreamAssembler:
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
         self._model: str | None = None
+        self._signature: dict[str, Any] = {}  # the response's id and system_fingerprint
 
     def feed(self, chunk: Mapping[str, Any]) -> str:
         """Take one chunk; return the text it adds (empty if none)."""
         self._model = chunk.get("model") or self._model
+        self._signature.update((k, chunk[k]) for k in ("id", "system_fingerprint") if chunk.get(k))
         if chunk.get("usage"):
             self._usage = dict(chunk["usage"])
         text = ""
@@ -262,7 +264,8 @@ class _StreamAssembler:
                 for _, slot in sorted(self._calls.items())
             ]
         choice = {"index": 0, "message": message, "finish_reason": self._finish}
-        return {"model": self._model, "choices": [choice], "usage": self._usage}
+        body = {"model": self._model, "choices": [choice], "usage": self._usage}
+        return {**self._signature, **body}
 
 
 def _sdk_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
