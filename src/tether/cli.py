@@ -103,7 +103,7 @@ def redteam() -> None:
     report = run_redteam()
     console.print(report.render(), markup=False, highlight=False)
     suite = run_suite_sync()
-    console.print("\n" + suite.render(), markup=False, highlight=False)
+    console.print("\n" + suite.render(), markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if report.ok and suite.ok else 1)
 
 

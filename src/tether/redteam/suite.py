@@ -21,16 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tether.guards.approval import ApprovalRequest
+from tether.guards.approval import ApprovalRequest, run_with_approvals
 from tether.guards.callpolicy import OUTWARD, ProvenancePolicy
 from tether.guards.provenance import TaintPolicy, TaintTracker, Untrusted
 from tether.limits import Limits
 from tether.loop import Agent
-from tether.messages import Message
 from tether.redteam.hijacked import HijackedModel, call_key
-from tether.redteam.ruled import Ruled
 from tether.redteam.world import Action, Case, Domain, World
-from tether.tools import RunContext, Tool
+from tether.tools import Tool
 
 __all__ = ["CaseRun", "Guard", "Mode", "SuiteReport", "run_case", "run_suite"]
 
@@ -76,19 +74,12 @@ def _injected(world: World, case: Case) -> tuple[Action, ...]:
     )
 
 
-def _policy_tools(world: World, domain: Domain, approver: Any) -> tuple[list[Tool], Any]:
-    policy = ProvenancePolicy(
+def _policy(world: World, domain: Domain) -> ProvenancePolicy:
+    return ProvenancePolicy(
         known_counterparty=lambda value, ctx: world.known(value),
         application=lambda ctx: world.application,
         scoped=domain.scoped,
     )
-    memo: dict[str, Any] = {}
-    tools: list[Tool] = [Ruled(t, policy, memo, approver) for t in world.tools]
-
-    def begin(task: str, run_id: str) -> None:
-        policy.begin([Message.user(task)], RunContext(None, run_id, memo=memo))
-
-    return tools, begin
 
 
 def _taint_tools(world: World, approver: Any) -> list[Tool]:
@@ -122,12 +113,12 @@ async def run_case(domain: Domain, case: Case, guard: Guard, mode: Mode) -> Case
         attack=case.attack,
     )
     run_id = f"{case.name}-{guard}-{mode}"
-    if guard == "policy":
-        tools, begin = _policy_tools(world, domain, approver)
-        begin(case.task, run_id)
+    if guard == "policy":  # deferred approvals through the loop's own policy hook
+        agent: Agent[Any] = Agent(model, world.tools, limits=LIMITS, policy=_policy(world, domain))
+        result = await run_with_approvals(agent, case.task, approver)
     else:
-        tools = _taint_tools(world, approver)
-    result = await Agent(model, tools, limits=LIMITS).run(case.task, run_id=run_id)
+        agent = Agent(model, _taint_tools(world, approver), limits=LIMITS)
+        result = await agent.run(case.task, run_id=run_id)
     return CaseRun(
         domain.name,
         case,
