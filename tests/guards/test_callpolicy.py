@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import pytest
 
+from tether.guards.approval import ApprovalRequest, run_with_approvals
 from tether.guards.callpolicy import ProvenancePolicy
 from tether.guards.store import ProvenanceStore
 from tether.labels import label
@@ -378,3 +379,26 @@ async def test_the_loop_blocks_a_credential_leak_without_asking() -> None:
     assert result.outcome.kind == "completed" and sent == []
     blocked = [r for m in result.transcript for r in m.tool_results if r.status == "blocked"]
     assert len(blocked) == 1 and "credential" in blocked[0].content
+
+
+async def test_through_the_loop_an_approval_is_asked_once_per_counterparty() -> None:
+    sent.clear()
+    client = ScriptedClient(
+        [
+            call_reply(("send_mail", {"to": MALLORY, "body": "one"})),
+            call_reply(("send_mail", {"to": MALLORY, "body": "two"})),
+            call_reply(("send_mail", {"to": "eve@evil.example", "body": "three"})),
+            "done",
+        ]
+    )
+    asked: list[str] = []
+
+    def human(request: ApprovalRequest) -> bool:
+        asked.append(str(request.arguments["to"]))
+        return request.arguments["to"] == MALLORY
+
+    agent = Agent(client, [send_mail], policy=ProvenancePolicy())
+    result = await run_with_approvals(agent, "Write to my new supplier", human)
+    assert result.outcome.kind == "completed"
+    assert asked == [MALLORY, "eve@evil.example"]  # the second mail to MALLORY did not ask
+    assert sent == [(MALLORY, "one"), (MALLORY, "two")]
