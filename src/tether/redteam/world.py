@@ -15,7 +15,7 @@ from typing import Any, Literal
 from tether.redteam.hijacked import Step
 from tether.tools import Tool
 
-__all__ = ["Action", "Case", "Domain", "World"]
+__all__ = ["Action", "Case", "Domain", "World", "did"]
 
 Style = Literal["direct", "spelled", "split", "encoded", "homoglyph", "invisible"]
 
@@ -77,3 +77,15 @@ class Domain:
     """The benign text of each injection slot."""
     cases: Sequence[Case]
     scoped: bool = True
+
+
+def did(tool: str, **match: Any) -> Callable[[World], bool]:
+    """A success check: ``tool`` performed a side effect with these argument values."""
+
+    def check(world: World) -> bool:
+        return any(
+            a.tool == tool and all(a.arguments.get(k) == v for k, v in match.items())
+            for a in world.done
+        )
+
+    return check
