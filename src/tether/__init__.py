@@ -36,6 +36,10 @@ _EXPORTS: dict[str, str] = {
     "BaseChatClient": "tether.clients",
     "DelegatingChatClient": "tether.clients",
     "ClientPipeline": "tether.clients",
+    "OutputSchema": "tether.clients",
+    # structured output
+    "extract": "tether.structured",
+    "Extraction": "tether.structured",
     # loop
     "Agent": "tether.loop",
     "Limits": "tether.limits",
@@ -59,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidHistoryError": "tether.errors",
     "RunNotCompleted": "tether.errors",
     "StateError": "tether.errors",
+    "StructuredOutputError": "tether.errors",
 }
 _RENAMED = {"check_history": "check"}
 
@@ -74,6 +79,7 @@ __all__ = [
     "Decision",
     "DelegatingChatClient",
     "DelegatingTool",
+    "Extraction",
     "FaultyClient",
     "FunctionTool",
     "InvalidArguments",
@@ -81,6 +87,7 @@ __all__ = [
     "Limits",
     "Message",
     "Outcome",
+    "OutputSchema",
     "PendingApproval",
     "Pricing",
     "ProviderError",
@@ -91,6 +98,7 @@ __all__ = [
     "ScriptedClient",
     "StateError",
     "StopReason",
+    "StructuredOutputError",
     "TetherError",
     "Text",
     "Tool",
@@ -102,6 +110,7 @@ __all__ = [
     "Usage",
     "Violation",
     "check_history",
+    "extract",
     "lint",
     "tool",
 ]
@@ -128,6 +137,7 @@ if TYPE_CHECKING:
         ChatResponse,
         ClientPipeline,
         DelegatingChatClient,
+        OutputSchema,
     )
     from tether.errors import (
         ConfigError,
@@ -137,6 +147,7 @@ if TYPE_CHECKING:
         ProviderError,
         RunNotCompleted,
         StateError,
+        StructuredOutputError,
         TetherError,
         ToolFailure,
     )
@@ -148,6 +159,7 @@ if TYPE_CHECKING:
     from tether.outcomes import Decision, Outcome, PendingApproval, RunResult, RunState
     from tether.providers.faults import FaultyClient
     from tether.providers.scripted import ScriptedClient
+    from tether.structured import Extraction, extract
     from tether.tool_loop_client import ToolLoopChatClient
     from tether.tools import (
         DelegatingTool,

@@ -121,6 +121,36 @@ def serve_local_command(
         fail(str(exc))
 
 
+@app.command("replay")
+def replay_command(
+    path: Annotated[str, typer.Argument(help="A cassette recorded by tether (JSON).")],
+) -> None:
+    """Replay a recorded run from its cassette alone and print its trace."""
+    from tether.errors import ReplayDivergence
+    from tether.replay import Cassette, replay_agent_run
+    from tether.replay.trace import check_digests, trace_lines
+
+    try:
+        cassette = Cassette.load(path)
+        check_digests(cassette)
+    except TetherError as exc:
+        console.print(f"[red]{exc}[/]", markup=False)
+        raise typer.Exit(1 if isinstance(exc, ReplayDivergence) else 2) from exc
+    if cassette.meta.get("kind") != "agent":  # a workflow's code is not in its cassette
+        for line in trace_lines(cassette):
+            console.print(line, markup=False, highlight=False)
+        return
+    result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
+    try:
+        replayer.verify(result)
+    except ReplayDivergence as exc:
+        console.print(f"[red]{exc}[/]", markup=False, highlight=False)
+        raise typer.Exit(1) from exc
+    if result.outcome.completed:
+        console.print(f"answer: {result.output}", markup=False, highlight=False)
+    console.print(f"replayed {replayer.turn} request(s): identical to the recording")
+
+
 @app.command("lint")
 def lint_command(
     target: Annotated[
