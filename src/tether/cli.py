@@ -95,12 +95,16 @@ def _demo_client(spec: str | None) -> ChatClient:
 
 @app.command()
 def redteam() -> None:
-    """Run the built-in red-team scenarios with an obedient, hijacked model."""
+    """Run the red team: the built-in scenarios, then the suite of injected tasks with the
+    default policy beside the old taint layer; exits non-zero when a target is missed."""
     from tether.redteam import run_redteam
+    from tether.redteam.suite import run_suite_sync
 
     report = run_redteam()
     console.print(report.render(), markup=False, highlight=False)
-    raise typer.Exit(0 if report.ok else 1)
+    suite = run_suite_sync()
+    console.print("\n" + suite.render(), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if report.ok and suite.ok else 1)
 
 
 @app.command("serve-local")
