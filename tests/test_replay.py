@@ -277,3 +277,51 @@ async def test_marked_secrets_never_reach_the_file_and_the_replay_still_matches(
     )
     replayer.verify()
     assert replayed.outcome.kind == "completed"
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def test_tether_replay_reports_bad_and_edited_cassettes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tether.cli import app
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    out = CliRunner().invoke(app, ["replay", str(bad)])
+    assert out.exit_code == 2 and "is not a tether cassette" in out.output
+
+
+def test_tether_replay_runs_agent_cassettes_and_prints_workflow_ones(tmp_path: Path) -> None:
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from tether.cli import app
+
+    path, _ = asyncio.run(record(tmp_path))
+    out = CliRunner().invoke(app, ["replay", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "call lire_commande" in out.output and "No order C-9999." in out.output
+    assert "answer: Votre commande est expediee." in out.output
+
+    document = json.loads(path.read_text())
+    document["interactions"][3]["new"][0]["parts"][0]["text"] = "edited"
+    path.write_text(json.dumps(document))
+    out = CliRunner().invoke(app, ["replay", str(path)])
+    assert out.exit_code == 1 and "the cassette was edited" in out.output
+
+    recorder = Recorder(environ={})
+    client = recorder.client(ScriptedClient([json_reply({"value": "suivi"})]))
+    body = partial(order_workflow, order="C-1042")
+    result = asyncio.run(run_workflow(client, body, tape=recorder))
+    recorder.finish(result)
+    wf_path = recorder.save(tmp_path / "wf.json")
+    out = CliRunner().invoke(app, ["replay", str(wf_path)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0] == "turn 1: request (1 new message(s))"
+    assert 'reply: {"value":"suivi"}' in lines[1]
+    assert "result lire_commande [step_2]" in out.output
+    assert lines[-1] == "outcome: completed (the workflow returned)"

@@ -234,14 +234,20 @@ async def test_plain_functions_and_function_tools_return_python_values() -> None
     def multiply(a: int, b: int) -> int:
         return a * b
 
+    def greet(name: str) -> str:
+        return f"bonjour {name}"
+
     async def body(wf: Workflow) -> tuple[Any, ...]:
         order = await wf.call(EX["read_order"], numero="C-2210")
-        return order, await wf.call(adder, a=1, b=2), await wf.call(multiply, a=2, b=3)
+        total = await wf.call(adder, a=1, b=2)
+        product = await wf.call(multiply, a=2, b=3)
+        return order, total, product, await wf.call(greet, name="Ana", step_name="salut")
 
     result = await run_workflow(ScriptedClient([]), body)
-    order, total, product = result.output
+    order, total, product, greeting = result.output
     assert order.statut == "livree" and (total, product) == (3, 6)
-    assert [s.name for s in result.steps] == ["lire_commande", "adder", "multiply"]
+    assert greeting == "bonjour Ana"  # an argument called "name" reaches the function
+    assert [s.name for s in result.steps] == ["lire_commande", "adder", "multiply", "salut"]
 
 
 async def test_cancellation_propagates() -> None:
@@ -285,6 +291,7 @@ async def test_each_step_is_a_span_under_the_workflow_span() -> None:
     assert tool_span.parent.span_id == root.context.span_id  # type: ignore[union-attr]
     assert all(c.parent.span_id == extract_span.context.span_id for c in chats)  # type: ignore[union-attr]
     assert all(c.kind is SpanKind.CLIENT for c in chats)
+    assert all(dict(c.attributes or {})["gen_ai.output.type"] == "json" for c in chats)
     attrs = dict(root.attributes or {})
     assert attrs["gen_ai.operation.name"] == "invoke_workflow"
     assert attrs["gen_ai.agent.name"] == "triage"

@@ -40,6 +40,10 @@ _EXPORTS: dict[str, str] = {
     # structured output
     "extract": "tether.structured",
     "Extraction": "tether.structured",
+    # workflows
+    "Workflow": "tether.workflows",
+    "WorkflowResult": "tether.workflows",
+    "run_workflow": "tether.workflows",
     # loop
     "Agent": "tether.loop",
     "Limits": "tether.limits",
@@ -64,6 +68,8 @@ _EXPORTS: dict[str, str] = {
     "RunNotCompleted": "tether.errors",
     "StateError": "tether.errors",
     "StructuredOutputError": "tether.errors",
+    "WorkflowNotCompleted": "tether.errors",
+    "ReplayDivergence": "tether.errors",
 }
 _RENAMED = {"check_history": "check"}
 
@@ -91,6 +97,7 @@ __all__ = [
     "PendingApproval",
     "Pricing",
     "ProviderError",
+    "ReplayDivergence",
     "RunContext",
     "RunNotCompleted",
     "RunResult",
@@ -109,9 +116,13 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "Violation",
+    "Workflow",
+    "WorkflowNotCompleted",
+    "WorkflowResult",
     "check_history",
     "extract",
     "lint",
+    "run_workflow",
     "tool",
 ]
 
@@ -145,11 +156,13 @@ if TYPE_CHECKING:
         InvalidArguments,
         InvalidHistoryError,
         ProviderError,
+        ReplayDivergence,
         RunNotCompleted,
         StateError,
         StructuredOutputError,
         TetherError,
         ToolFailure,
+        WorkflowNotCompleted,
     )
     from tether.history import Violation
     from tether.history import check as check_history
@@ -170,3 +183,4 @@ if TYPE_CHECKING:
         lint,
         tool,
     )
+    from tether.workflows import Workflow, WorkflowResult, run_workflow

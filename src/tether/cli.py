@@ -133,21 +133,21 @@ def replay_command(
     try:
         cassette = Cassette.load(path)
         check_digests(cassette)
+    except ReplayDivergence as exc:
+        fail(str(exc), 1)
     except TetherError as exc:
-        console.print(f"[red]{exc}[/]", markup=False)
-        raise typer.Exit(1 if isinstance(exc, ReplayDivergence) else 2) from exc
+        fail(str(exc))
     if cassette.meta.get("kind") != "agent":  # a workflow's code is not in its cassette
         for line in trace_lines(cassette):
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
     result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
     try:
         replayer.verify(result)
     except ReplayDivergence as exc:
-        console.print(f"[red]{exc}[/]", markup=False, highlight=False)
-        raise typer.Exit(1) from exc
+        fail(str(exc), 1)
     if result.outcome.completed:
-        console.print(f"answer: {result.output}", markup=False, highlight=False)
+        console.print(f"answer: {result.output}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"replayed {replayer.turn} request(s): identical to the recording")
 
 

@@ -199,12 +199,18 @@ class Workflow:
             return result.output
 
     async def call(
-        self, tool: Tool | Callable[..., Any], /, *, name: str | None = None, **arguments: Any
+        self,
+        tool: Tool | Callable[..., Any],
+        /,
+        *,
+        step_name: str | None = None,
+        **arguments: Any,
     ) -> Any:
         """Run a tool step: a :class:`~tether.tools.FunctionTool` (arguments validated, its
         function's value returned), any other :class:`~tether.tools.Tool` (its text), or a
-        plain function (sync ones run in a worker thread)."""
-        label = name or (tool.name if isinstance(tool, Tool) else _name_of(tool))
+        plain function (sync ones run in a worker thread). The step is named after the tool
+        or function unless ``step_name`` is given."""
+        label = step_name or (tool.name if isinstance(tool, Tool) else _name_of(tool))
         index = len(self.steps) + 1
         call = ToolCall(f"step_{index}", label, dict(arguments))
         attributes: dict[str, Any] = {

@@ -64,3 +64,31 @@ async def test_the_grammar_holds_the_reply_to_the_schema(local: LocalClient) -> 
     response = await local.complete([Message.user(TICKETS[9])], (), options)
     value = json.loads(response.message.text)
     assert set(value) == {"motif"} and value["motif"] in {m.value for m in Motif}
+
+
+async def test_an_agent_on_the_embedded_model_answers_a_valid_object() -> None:
+    from tether.demo import DEMO_INSTRUCTIONS, read_order
+    from tether.errors import RunNotCompleted
+    from tether.limits import Limits
+    from tether.loop import Agent
+    from tether.providers.local import demo_client
+
+    class Answer(BaseModel):
+        statut: str
+        montant: float
+
+    agent = Agent(
+        demo_client(),
+        [read_order],
+        instructions=DEMO_INSTRUCTIONS,
+        limits=Limits(max_turns=4),
+        options=ChatOptions(max_output_tokens=128),
+        output_type=Answer,
+    )
+    result = await agent.run("Ou en est ma commande C-1042 ?")
+    if result.outcome.kind == "completed":
+        assert isinstance(result.output, Answer)
+    else:  # form is enforced by grammar; a small model may still run out of turns
+        assert result.outcome.kind in ("turn_cap", "failed", "truncated")
+        with pytest.raises(RunNotCompleted):
+            _ = result.output

@@ -365,3 +365,29 @@ async def test_chat_json_schema_mode_never_falls_back(server: FakeProvider) -> N
     with pytest.raises(ProviderError):
         await extract(client, TICKET, Tri)
     assert len(server.bodies()) == 1
+
+
+# --- an agent's typed final answer, tools included --------------------------------------------
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+async def test_an_agent_asks_for_its_output_type_alongside_its_tools(
+    provider: str, server: FakeProvider
+) -> None:
+    from provider_tools import read_order
+
+    from tether.loop import Agent
+
+    wire = PROVIDERS[provider]
+    server.script = [Reply(wire["text"]('{"motif": "Suivi", "urgent": true}'))]
+    agent = Agent(wire["client"](server), [read_order], output_type=Tri)
+    result = await agent.run(TICKET)
+    assert result.output == Tri(motif=Motif.SUIVI, urgent=True)
+    (body,) = server.bodies()
+    assert len(body["tools"]) == 1
+    if provider == "anthropic":
+        assert body["output_config"]["format"]["schema"] == ANTHROPIC_SCHEMA
+    elif provider == "responses":
+        assert body["text"]["format"]["schema"] == OPENAI_STRICT
+    else:
+        assert body["response_format"]["json_schema"]["schema"] == OPENAI_STRICT
