@@ -93,10 +93,14 @@ class ConstrainedToolCalling(DelegatingChatClient):
         if not tools or choice == "none":
             return await self.inner.complete(*_as_text(messages, options))
         answer_schema = options.extra.get(JSON_SCHEMA)
+        if answer_schema is None and options.output_schema is not None:
+            answer_schema = options.output_schema.schema
         extra = dict(options.extra)
         extra[JSON_SCHEMA] = reply_schema(tools, answer_schema, tool_choice=choice)
         instructions = render_instructions(options.instructions, tools, tool_choice=choice)
-        inner_options = replace(options, instructions=instructions, extra=extra, tool_choice=None)
+        inner_options = replace(
+            options, instructions=instructions, extra=extra, output_schema=None, tool_choice=None
+        )
         response = await self.inner.complete(render_history(messages), (), inner_options)
         text = response.message.text
         parts, stop = parse_reply(
