@@ -392,9 +392,7 @@ class _StreamAssembler:
                 for _, slot in sorted(self._calls.items())
             ]
         choice = {"index": 0, "message": message, "finish_reason": self._finish}
-        return {"model": self._model, "choices": [choice], "usage": self.usage}
-
-        body = {"model": self._model, "choices": [choice], "usage": self._usage}
+        body = {"model": self._model, "choices": [choice], "usage": self.usage}
         return {**self._signature, **body}
 
 
