@@ -1,8 +1,8 @@
 """The embedded runtime before the move to xllamacpp: llama-cpp-python, as it was.
 
 Kept only for ``bench/local_model.py``'s side-by-side comparison. It needs
-``llama-cpp-python``, which builds llama.cpp from source (a C++ compiler and CMake, minutes):
-``uv run --with llama-cpp-python python bench/local_model.py``.
+``llama-cpp-python``, which builds llama.cpp from source (a C++ compiler and CMake,
+minutes); see ``bench/local_model.py``.
 """
 
 from __future__ import annotations

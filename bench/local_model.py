@@ -8,8 +8,10 @@ answer), and how many prompts got exactly the right ``lire_commande`` call.
 
 ``--busy N`` adds rows measured while N other processes keep a core busy each (a loaded
 machine). ``--runtimes`` compares the embedded runtime (``xllamacpp``) with the one it
-replaced (``llama-cpp-python``, in ``bench/_llama_cpp_python_runtime.py``), which needs
-``uv run --with llama-cpp-python`` (a source build) and is skipped when absent.
+replaced (``llama-cpp-python``, in ``bench/_llama_cpp_python_runtime.py``), skipped when
+``llama_cpp`` cannot be imported. It needs a source build (a compiler, CMake, minutes), with
+portable options on a VM: ``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON
+-DGGML_F16C=ON" uv run --with llama-cpp-python python bench/local_model.py``.
 """
 
 from __future__ import annotations
