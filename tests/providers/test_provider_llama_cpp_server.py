@@ -23,7 +23,7 @@ from tether.providers.local import embedded_model_path, start_server
 from tether.providers.openai_chat import OpenAIChatClient
 
 KEY = "conformance-key"
-SHORT = ChatOptions(max_output_tokens=12)
+SHORT = ChatOptions(max_output_tokens=12, temperature=0.0)  # greedy: the same reply each time
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ async def test_a_stream_gives_the_text_in_pieces_and_its_usage(base_url: str) ->
     done = chunks[-1]
     assert isinstance(done, ResponseDone) and len(deltas) > 1
     assert done.response.message.text == "".join(deltas)
-    assert done.response.usage.output_tokens == len(deltas)  # one token per piece here
+    assert done.response.usage.output_tokens >= len(deltas)  # a piece holds one token or more
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -96,7 +96,7 @@ async def test_the_same_history_without_tools_is_answered_in_text(base_url: str)
 async def test_a_required_call_this_model_cannot_make_is_a_clear_error(base_url: str) -> None:
     """SmolLM2's chat template has no tool support: llama.cpp then ignores the tools and
     tool_choice, and answers in text; the adapter does not pass that off as an answer."""
-    options = ChatOptions(max_output_tokens=64, tool_choice="required")
+    options = ChatOptions(max_output_tokens=64, temperature=0.0, tool_choice="required")
     question = [Message.user("Say only: OK.")]
     with pytest.raises(ProviderError, match="answered without a tool call") as caught:
         await chat(base_url).complete(question, [read_order.spec], options)
@@ -109,7 +109,7 @@ async def test_a_prompt_over_the_window_is_context_exceeded(base_url: str) -> No
 
 
 async def test_a_reply_cut_at_the_ceiling_ends_the_run_as_truncated(base_url: str) -> None:
-    agent = Agent(chat(base_url), [], options=ChatOptions(max_output_tokens=2))
+    agent = Agent(chat(base_url), [], options=ChatOptions(max_output_tokens=2, temperature=0.0))
     result = await agent.run("Tell me a long story about a lighthouse.")
     assert result.outcome.kind == "truncated"
 
