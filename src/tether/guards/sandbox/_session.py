@@ -289,9 +289,11 @@ def _background(work: Coroutine[Any, Any, None]) -> None:
 
 
 async def settle() -> None:
-    """Wait for the background removals started so far (cgroups of ended commands)."""
-    if _BACKGROUND:
-        await asyncio.wait(set(_BACKGROUND))
+    """Wait for the background removals started so far (cgroups of ended commands) on
+    this event loop."""
+    loop = asyncio.get_running_loop()
+    if pending := {task for task in _BACKGROUND if task.get_loop() is loop}:
+        await asyncio.wait(pending)
 
 
 def _data_fd(data: str | bytes) -> int:
