@@ -1,0 +1,175 @@
+"""Staff decisions on pending refunds, and approvals that expire.
+
+A decision is taken in two steps. :func:`claim_decision` checks it (typed amount when the
+screen demands it, the call's arguments hash, expiry) and moves the approval from
+``pending`` to its outcome with one conditional update: of two concurrent decisions only
+the first changes the row, so the stored run state is resumed once. :func:`resume` then
+continues the run with a decision bound to the run, the call id and the arguments hash;
+the refund it runs uses the call's id in its run as idempotency key, so even a repeated
+resume refunds once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+
+from tether.outcomes import Decision, RunState
+from tether_desk.agent import AgentDeps, refund_agent
+from tether_desk.clock import utcnow
+from tether_desk.errors import Conflict, InvalidInput, NotFound
+from tether_desk.models import Approval
+from tether_desk.money import format_cents, parse_amount
+from tether_desk.pipeline import Desk, load_scope, settle
+from tether_desk.trace import RunRecorder
+
+MAX_REASON = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A decision that won its approval: what :func:`resume` needs."""
+
+    approval_id: int
+    ticket_id: int
+    run_id: str
+    state_json: str
+    decision: Decision
+    staff_id: int
+
+
+def claim_decision(
+    desk: Desk,
+    approval_id: int,
+    staff_id: int,
+    *,
+    approve: bool,
+    typed_amount: str = "",
+    reason: str = "",
+    arguments_hash: str | None = None,
+) -> Claimed:
+    """Check and record a decision; raises a :class:`~tether_desk.errors.DeskError`
+    saying what to do when it cannot be taken."""
+    reason = reason.strip()[:MAX_REASON]
+    with desk.db.read() as s:
+        a = s.get(Approval, approval_id)
+        if a is None:
+            raise NotFound(f"There is no approval {approval_id}.")
+        s.expunge(a)
+    if a.status != "pending":
+        raise Conflict(f"This approval was already {a.status}; nothing was changed.")
+    if arguments_hash is not None and arguments_hash != a.arguments_hash:
+        raise Conflict("This screen shows another call than the one waiting; reload it.")
+    now = utcnow()
+    if now >= a.expires_at:
+        expire(desk, a.id)
+        raise Conflict("This approval expired; the refund was not made. Ask the agent again.")
+    if approve and a.typed_amount_required:
+        if not typed_amount.strip():
+            raise InvalidInput(
+                f"Type the amount ({format_cents(a.amount_cents)}) to confirm this refund."
+            )
+        if parse_amount(typed_amount) != a.amount_cents:
+            raise InvalidInput(
+                f"The amount typed does not match the refund ({format_cents(a.amount_cents)} EUR); "
+                "nothing was refunded."
+            )
+    status = "approved" if approve else "denied"
+    with desk.db.write() as s:
+        won = s.execute(
+            update(Approval)
+            .where(Approval.id == a.id, Approval.status == "pending")
+            .values(status=status, decided_at=now, decided_by=staff_id, reason=reason)
+        ).rowcount  # type: ignore[attr-defined]
+    if not won:
+        raise Conflict("Someone decided this approval first; nothing was changed.")
+    state = RunState.from_json(a.state_json)
+    pending = next(p for p in state.pending if p.call_id == a.call_id)
+    decision = pending.approve() if approve else pending.deny(reason or "refused by staff")
+    return Claimed(a.id, a.ticket_id, a.run_id, a.state_json, decision, staff_id)
+
+
+async def resume(desk: Desk, claimed: Claimed) -> str:
+    """Continue the run after a claimed decision; returns the ticket's status."""
+    scope = load_scope(desk.db, claimed.ticket_id)
+    recorder = RunRecorder(desk.db, claimed.run_id, claimed.ticket_id, "refund").start()
+    recorder.note(
+        "decision",
+        {
+            "approval": claimed.approval_id,
+            "approved": claimed.decision.approved,
+            "reason": claimed.decision.reason,
+            "staff": claimed.staff_id,
+        },
+    )
+    agent = refund_agent(desk.client, desk.db, scope, [recorder])
+    deps = AgentDeps(approved_by=claimed.staff_id if claimed.decision.approved else None)
+    result = await agent.resume(claimed.state_json, [claimed.decision], deps=deps)
+    await settle(desk, scope, recorder, result)
+    desk.changed(claimed.ticket_id)
+    from tether_desk.pipeline import ticket_status
+
+    return ticket_status(desk.db, claimed.ticket_id)
+
+
+async def decide(
+    desk: Desk,
+    approval_id: int,
+    staff_id: int,
+    *,
+    approve: bool,
+    typed_amount: str = "",
+    reason: str = "",
+    arguments_hash: str | None = None,
+) -> str:
+    """Claim a decision and resume the run; returns the ticket's status."""
+    claimed = claim_decision(
+        desk,
+        approval_id,
+        staff_id,
+        approve=approve,
+        typed_amount=typed_amount,
+        reason=reason,
+        arguments_hash=arguments_hash,
+    )
+    return await resume(desk, claimed)
+
+
+def expire(desk: Desk, approval_id: int) -> bool:
+    """Mark a pending approval expired (once); True if this call did it."""
+    with desk.db.write() as s:
+        return bool(
+            s.execute(
+                update(Approval)
+                .where(Approval.id == approval_id, Approval.status == "pending")
+                .values(status="expired", decided_at=utcnow(), reason="expired")
+            ).rowcount  # type: ignore[attr-defined]
+        )
+
+
+async def expire_due(desk: Desk) -> int:
+    """Expire every pending approval past its time and let each run finish with a
+    refusal (the model drafts a reply; no refund is made). Returns how many."""
+    with desk.db.read() as s:
+        due = s.execute(
+            select(
+                Approval.id,
+                Approval.ticket_id,
+                Approval.run_id,
+                Approval.state_json,
+                Approval.call_id,
+            ).where(Approval.status == "pending", Approval.expires_at <= utcnow())
+        ).all()
+    count = 0
+    for approval_id, ticket_id, run_id, state_json, call_id in due:
+        if not expire(desk, approval_id):
+            continue
+        count += 1
+        state = RunState.from_json(state_json)
+        pending = next(p for p in state.pending if p.call_id == call_id)
+        claimed = Claimed(
+            approval_id, ticket_id, run_id, state_json, pending.deny("the approval expired"), 0
+        )
+        await resume(desk, claimed)
+    return count
