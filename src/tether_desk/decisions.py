@@ -103,7 +103,7 @@ async def resume(desk: Desk, claimed: Claimed) -> str:
             "staff": claimed.staff_id,
         },
     )
-    agent = refund_agent(desk.client, desk.db, scope, [recorder])
+    agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
     deps = AgentDeps(approved_by=claimed.staff_id if claimed.decision.approved else None)
     result = await agent.resume(claimed.state_json, [claimed.decision], deps=deps)
     await settle(desk, scope, recorder, result)

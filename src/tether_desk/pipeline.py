@@ -27,6 +27,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from tether.clients import ChatClient
+from tether.events import Listener
 from tether.outcomes import Decision, PendingApproval, RunResult
 from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
 from tether_desk.approvals import friction_for
@@ -63,6 +64,8 @@ class Desk:
     detector: Detector = flag_instructions
     on_change: list[Callable[[int], None]] = field(default_factory=list)
     """Called with a ticket id whenever its state changes (wakes live views)."""
+    listeners: list[Listener] = field(default_factory=list)
+    """Extra listeners of every agent run (the terminal demo prints with one)."""
 
     def changed(self, ticket_id: int) -> None:
         """Tell listeners that ``ticket_id`` changed."""
@@ -178,7 +181,7 @@ def _answer_tracking(db: Database, scope: TicketScope) -> None:
 
 async def _run_refund_agent(desk: Desk, scope: TicketScope) -> None:
     recorder = RunRecorder(desk.db, new_run_id(), scope.ticket_id, "refund").start()
-    agent = refund_agent(desk.client, desk.db, scope, [recorder])
+    agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
     result = await agent.run(REFUND_PROMPT, run_id=recorder.run_id)
     await settle(desk, scope, recorder, result)
 
@@ -224,7 +227,7 @@ async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: 
         if refused:
             for d in refused:
                 recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
-            agent = refund_agent(desk.client, desk.db, scope, [recorder])
+            agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
             result = await agent.resume(result.state, refused, deps=AgentDeps())
             continue
         if chosen is not None:

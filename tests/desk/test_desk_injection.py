@@ -64,8 +64,14 @@ async def test_obedient_proposals_above_what_remains_never_reach_a_human(desk: D
     assert refunds_by_order(d.db) == {}
 
 
-async def test_with_a_legitimate_plan_the_tired_human_can_refund_only_this_order(desk: Desk) -> None:
-    plan = [("read_ticket", {}), ("read_order", {}), ("propose_refund", {"amount": 89.9, "reason": "damaged"})]
+async def test_with_a_legitimate_plan_the_tired_human_can_refund_only_this_order(
+    desk: Desk,
+) -> None:
+    plan = [
+        ("read_ticket", {}),
+        ("read_order", {}),
+        ("propose_refund", {"amount": 89.9, "reason": "damaged"}),
+    ]
     d = obedient_desk(desk, ObedientModel(plan))
     tid = ticket_id_by_order(d.db, "C-1042")
     await process_ticket(d, tid)

