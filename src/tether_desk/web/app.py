@@ -128,6 +128,7 @@ def create_app(desk: Desk, *, start_worker: bool = True, secure_cookies: bool = 
         openapi_url="/api/openapi.json",
     )
     app.state.desk = desk
+    app.state.worker = TicketWorker(desk)  # replaced by a running one in the lifespan
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     app.add_middleware(

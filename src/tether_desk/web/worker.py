@@ -50,9 +50,9 @@ class TicketWorker:
         """Run ``job`` on the worker's event loop (a resume after a decision), from any
         thread, keeping a reference until it ends."""
         loop = self._loop_ref
-        if loop is None or loop.is_closed():
-            job.close()
-            raise RuntimeError("the ticket worker is not running")
+        if loop is None or loop.is_closed():  # no worker running (an app without lifespan)
+            asyncio.run(job)
+            return
         loop.call_soon_threadsafe(self._track, job)
 
     def _track(self, job: Coroutine[Any, Any, Any]) -> None:
