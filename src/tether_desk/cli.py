@@ -75,7 +75,9 @@ def serve_command(
         typer.echo(f"  {a.role:8} {a.email:32} password {a.password}")
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
+    except KeyboardInterrupt:
+        pass
     finally:
         database.dispose()  # type: ignore[attr-defined]
     typer.echo("stopped.")

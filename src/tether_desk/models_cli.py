@@ -1,4 +1,5 @@
-"""Choosing the desk's model from a spec: ``local`` (offline), ``scripted``, or any
+"""Choosing the desk's model from a spec: ``local`` (offline), ``scripted`` (or
+``scripted:SECONDS``, each reply that slow), or any
 provider the runtime's registry knows (``anthropic:MODEL``, ``openai:MODEL``...)."""
 
 from __future__ import annotations
@@ -19,10 +20,15 @@ def resolve_spec(spec: str | None) -> str:
 def desk_client(spec: str, say: Callable[[str], None] = print) -> ChatClient:
     """The client for ``spec``; raises :class:`tether.errors.ConfigError` with a clear
     sentence when it cannot be built (unknown provider, missing key, model not installed)."""
-    if spec == "scripted":
+    if spec == "scripted" or spec.startswith("scripted:"):
+        from tether.errors import ConfigError
         from tether_desk.scripted import DeskScriptedModel
 
-        return DeskScriptedModel()
+        delay = spec.partition(":")[2] or "0"
+        try:
+            return DeskScriptedModel(float(delay))
+        except ValueError:
+            raise ConfigError(f"write scripted:SECONDS, like scripted:0.5 (got {spec!r})") from None
     if spec == "local":
         from tether.errors import ConfigError
 

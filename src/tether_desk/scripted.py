@@ -10,6 +10,7 @@ the obedient, hijacked one (``tether.redteam.ObedientModel``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Sequence
@@ -36,12 +37,16 @@ def _usage(messages: Sequence[Message], text: str) -> Usage:
 class DeskScriptedModel(BaseChatClient):
     """The desk's scripted model (see the module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         self._ids = 0
+        self.delay = delay
+        """Seconds each reply takes (to watch a run live in the console)."""
 
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> ChatResponse:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if not tools:
             return self._triage(messages)
         return self._agent(messages)
