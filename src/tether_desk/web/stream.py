@@ -51,9 +51,9 @@ async def run_stream(
                 yield {"event": "trace", "id": str(row.seq), "data": json.dumps(payload)}
             with desk.db.read() as s:
                 run = s.get(Run, run_id)
-                status = run.status if run else "gone"
+                status, kind = (run.status, run.kind) if run else ("gone", "")
             if status != "running" and not rows:
-                yield {"event": "end", "data": json.dumps({"status": status})}
+                yield {"event": "end", "data": json.dumps({"status": status, "kind": kind})}
                 return
             if await request.is_disconnected():
                 return

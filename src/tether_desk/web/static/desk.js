@@ -42,6 +42,8 @@ function follow(list) {
     list.dataset.finished = end.status;
     const status = list.closest("details") && list.closest("details").querySelector(".run-status");
     if (status) status.textContent = end.status;
+    // triage hands over to the next step: reload to follow the run it starts
+    if (end.kind === "triage") setTimeout(() => window.location.reload(), 300);
   });
   source.onerror = () => { if (progress) progress.textContent = "reconnecting\u2026"; };
 }
