@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 
 from tether.outcomes import Decision, RunState
-from tether_desk.agent import AgentDeps, refund_agent
+from tether_desk.agent import refund_agent
 from tether_desk.clock import utcnow
 from tether_desk.errors import Conflict, InvalidInput, NotFound
 from tether_desk.models import Approval
@@ -93,7 +93,7 @@ def claim_decision(
 async def resume(desk: Desk, claimed: Claimed) -> str:
     """Continue the run after a claimed decision; returns the ticket's status."""
     scope = load_scope(desk.db, claimed.ticket_id)
-    recorder = RunRecorder(desk.db, claimed.run_id, claimed.ticket_id, "refund").start()
+    recorder = RunRecorder(desk.db, claimed.run_id, claimed.ticket_id, "refund").start(resumed=True)
     recorder.note(
         "decision",
         {
@@ -103,9 +103,11 @@ async def resume(desk: Desk, claimed: Claimed) -> str:
             "staff": claimed.staff_id,
         },
     )
-    agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
-    deps = AgentDeps(approved_by=claimed.staff_id if claimed.decision.approved else None)
-    result = await agent.resume(claimed.state_json, [claimed.decision], deps=deps)
+    approver = claimed.staff_id if claimed.decision.approved else None
+    agent = refund_agent(
+        desk.client, desk.db, scope, [recorder, *desk.listeners], approved_by=approver
+    )
+    result = await agent.resume(claimed.state_json, [claimed.decision])
     await settle(desk, scope, recorder, result)
     desk.changed(claimed.ticket_id)
     from tether_desk.pipeline import ticket_status

@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from tether.clients import ChatClient
 from tether.events import Listener
 from tether.outcomes import Decision, PendingApproval, RunResult
-from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
+from tether_desk.agent import REFUND_PROMPT, TicketScope, refund_agent
 from tether_desk.approvals import friction_for
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
@@ -159,8 +159,8 @@ async def _triage(desk: Desk, scope: TicketScope) -> str:
         "completed" if not result.error else "fallback",
         result.error or result.category,
         result.usage,
+        update(Ticket).where(Ticket.id == scope.ticket_id).values(category=result.category),
     )
-    _set_status(desk.db, scope.ticket_id, "triaging", category=result.category)
     return result.category
 
 
@@ -228,7 +228,7 @@ async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: 
             for d in refused:
                 recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
             agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
-            result = await agent.resume(result.state, refused, deps=AgentDeps())
+            result = await agent.resume(result.state, refused)
             continue
         if chosen is not None:
             _store_approval(desk, scope, recorder, result, chosen)

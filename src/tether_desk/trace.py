@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Connection, Executable, func, insert, select, update
 
 from tether.events import (
     Event,
@@ -83,15 +83,29 @@ class RunRecorder:
         self._buffer: list[dict[str, Any]] = []
         self._seq = 0
 
-    def start(self) -> RunRecorder:
-        """Create the run's row, or continue its sequence when it already exists."""
-        with self.db.write() as s:
-            last = s.scalar(select(func.max(RunEvent.seq)).where(RunEvent.run_id == self.run_id))
-            if s.get(Run, self.run_id) is None:
-                s.add(Run(id=self.run_id, ticket_id=self.ticket_id, kind=self.kind))
+    def start(self, *, resumed: bool = False) -> RunRecorder:
+        """Create the run's row, or (``resumed``) continue its sequence."""
+        with self.db.write_connection() as c:
+            if resumed:
+                last = c.scalar(
+                    select(func.max(RunEvent.seq)).where(RunEvent.run_id == self.run_id)
+                )
+                c.execute(update(Run).where(Run.id == self.run_id).values(status="running"))
+                self._seq = int(last or 0)
             else:
-                s.execute(update(Run).where(Run.id == self.run_id).values(status="running"))
-        self._seq = int(last or 0)
+                c.execute(
+                    insert(Run).values(
+                        id=self.run_id,
+                        ticket_id=self.ticket_id,
+                        kind=self.kind,
+                        status="running",
+                        outcome_reason="",
+                        input_tokens=0,
+                        output_tokens=0,
+                        requests=0,
+                        started_at=utcnow(),
+                    )
+                )
         return self
 
     def __call__(self, event: Event) -> None:
@@ -99,7 +113,7 @@ class RunRecorder:
         if row is None:
             return
         self.note(*row)
-        if isinstance(event, ModelRequest | ModelResponse | RunFinished):
+        if isinstance(event, ModelRequest):  # one write per turn: the live view's step
             self.flush()
 
     def note(self, kind: str, data: dict[str, Any]) -> None:
@@ -119,15 +133,22 @@ class RunRecorder:
         """Write the buffered events."""
         if not self._buffer:
             return
-        rows, self._buffer = self._buffer, []
-        with self.db.write() as s:
-            s.execute(insert(RunEvent), rows)
+        with self.db.write_connection() as c:
+            self._write(c)
 
-    def finish(self, status: str, reason: str, usage: Usage) -> None:
-        """Write what is left and the run's outcome and tokens."""
-        self.flush()
-        with self.db.write() as s:
-            s.execute(
+    def _write(self, connection: Connection) -> None:
+        rows, self._buffer = self._buffer, []
+        if rows:
+            connection.execute(insert(RunEvent), rows)
+
+    def finish(self, status: str, reason: str, usage: Usage, *also: Executable) -> None:
+        """Write what is left and the run's outcome and tokens, and the statements
+        ``also`` (the ticket's new state), in one transaction."""
+        with self.db.write_connection() as c:
+            self._write(c)
+            for statement in also:
+                c.execute(statement)
+            c.execute(
                 update(Run)
                 .where(Run.id == self.run_id)
                 .values(

@@ -36,7 +36,7 @@ LEDGER_PAGE = 25
 
 
 @router.get("/inbox", response_class=HTMLResponse)
-def staff_inbox(
+async def staff_inbox(
     request: Request,
     who: Staff,
     desk: DeskDep,
