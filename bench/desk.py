@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -28,16 +27,16 @@ from sqlalchemy import insert, select
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "desk"))
 
-from _report import machine, write_section  # noqa: E402
-from desk_server import serve  # noqa: E402
+from desk_server import serve
 
-from tether_desk.db import Database, sqlite_url  # noqa: E402
-from tether_desk.decisions import decide  # noqa: E402
-from tether_desk.models import Customer, Order, Staff, Ticket  # noqa: E402
-from tether_desk.pipeline import Desk, process_ticket  # noqa: E402
-from tether_desk.scripted import DeskScriptedModel  # noqa: E402
-from tether_desk.seed import seed  # noqa: E402
-from tether_desk.tickets import open_ticket, send_reply  # noqa: E402
+from _report import machine, write_section
+from tether_desk.db import Database, sqlite_url
+from tether_desk.decisions import decide
+from tether_desk.models import Customer, Order, Staff, Ticket
+from tether_desk.pipeline import Desk, process_ticket
+from tether_desk.scripted import DeskScriptedModel
+from tether_desk.seed import seed
+from tether_desk.tickets import open_ticket, send_reply
 
 TICKETS = 1_000
 INBOX_TICKETS = 10_000
@@ -184,6 +183,45 @@ def main() -> None:
         print(f"inbox, saturated: {sat}")
     load = os.getloadavg()[0]
     ok = lambda good: "met" if good else "**missed**"  # noqa: E731
+    rows = [
+        (
+            f"pipeline, {TICKETS:,} refund tickets end to end, one after another",
+            f"{p['tickets_per_s']:.0f} tickets/s",
+            ">= 100",
+            ok(p["tickets_per_s"] >= 100),
+        ),
+        (
+            "per ticket, p50 (framework + database)",
+            f"{p['p50_ms']:.1f} ms",
+            "<= 10 ms",
+            ok(p["p50_ms"] <= 10),
+        ),
+        ("per ticket, p95", f"{p['p95_ms']:.1f} ms", "", ""),
+        ("per ticket, CPU time of the process, p50", f"{p['cpu_p50_ms']:.1f} ms", "", ""),
+        (
+            "share of the time in the database driver",
+            f"{p['db_share']:.0%} ({p['statements_per_ticket']:.0f} statements/ticket)",
+            "",
+            "",
+        ),
+        (
+            f"inbox page, {INBOX_TICKETS:,} tickets, {CLIENTS} clients, "
+            "each asking a page a second, p50",
+            f"{i['p50_ms']:.1f} ms",
+            "",
+            "",
+        ),
+        ("the same, p95", f"{i['p95_ms']:.1f} ms", "<= 100 ms", ok(i["p95_ms"] <= 100)),
+        (
+            f"inbox, {CLIENTS} clients asking back to back (saturation), p50",
+            f"{sat['p50_ms']:.1f} ms",
+            "",
+            "",
+        ),
+        ("the same, p95", f"{sat['p95_ms']:.1f} ms", "<= 100 ms", ok(sat["p95_ms"] <= 100)),
+        ("inbox throughput at saturation", f"{sat['requests_per_s']:.0f} pages/s", "", ""),
+    ]
+    lines = "\n".join(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)
     table = f"""## The support desk (`bench/desk.py`)
 
 {machine()}, load average {load:.1f} during the run (other work shares the
@@ -192,16 +230,7 @@ scripted model (no model time), one process.
 
 | measure | result | target | |
 |---|---|---|---|
-| pipeline, {TICKETS:,} refund tickets end to end, one after another | {p["tickets_per_s"]:.0f} tickets/s | >= 100 | {ok(p["tickets_per_s"] >= 100)} |
-| per ticket, p50 (framework + database) | {p["p50_ms"]:.1f} ms | <= 10 ms | {ok(p["p50_ms"] <= 10)} |
-| per ticket, p95 | {p["p95_ms"]:.1f} ms | | |
-| per ticket, CPU time of the process, p50 | {p["cpu_p50_ms"]:.1f} ms | | |
-| share of the time in the database driver | {p["db_share"]:.0%} ({p["statements_per_ticket"]:.0f} statements/ticket) | | |
-| inbox page, {INBOX_TICKETS:,} tickets, {CLIENTS} clients each asking a page a second, p50 | {i["p50_ms"]:.1f} ms | | |
-| the same, p95 | {i["p95_ms"]:.1f} ms | <= 100 ms | {ok(i["p95_ms"] <= 100)} |
-| inbox, {CLIENTS} clients asking back to back (saturation), p50 | {sat["p50_ms"]:.1f} ms | | |
-| the same, p95 | {sat["p95_ms"]:.1f} ms | <= 100 ms | {ok(sat["p95_ms"] <= 100)} |
-| inbox throughput at saturation | {sat["requests_per_s"]:.0f} pages/s | | |
+{lines}
 
 A ticket's path: open, claim, triage (one model call), the refund agent (three model
 calls, two tools), the approval stored with its run state, a staff decision claimed and
