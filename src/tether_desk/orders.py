@@ -53,14 +53,18 @@ def refunded_cents(session: Session, order_id: int) -> int:
 
 def order_view(session: Session, order_id: int) -> OrderView:
     """Status and amounts of an order (selected column by column: no address, no payment)."""
+    refunded = (
+        select(func.coalesce(func.sum(Refund.amount_cents), 0))
+        .where(Refund.order_id == Order.id)
+        .scalar_subquery()
+    )
+    columns = (Order.id, Order.number, Order.status, Order.amount_paid_cents, refunded)
     row = session.execute(
-        select(Order.id, Order.number, Order.status, Order.amount_paid_cents, Order.currency).where(
-            Order.id == order_id
-        )
+        select(*columns, Order.currency).where(Order.id == order_id)
     ).one_or_none()
     if row is None:
         raise NotFound("No such order.")
-    return OrderView(row[0], row[1], row[2], row[3], refunded_cents(session, order_id), row[4])
+    return OrderView(row[0], row[1], row[2], row[3], int(row[4]), row[5])
 
 
 def customer_orders(session: Session, customer_id: int) -> list[OrderView]:

@@ -37,7 +37,7 @@ from tether_desk.detector import Detector, flag_instructions
 from tether_desk.errors import NotFound
 from tether_desk.models import Approval, Customer, Draft, Order, Ticket
 from tether_desk.money import format_cents
-from tether_desk.orders import order_view
+from tether_desk.orders import OrderView, order_view
 from tether_desk.tickets import MAX_BODY
 from tether_desk.trace import RunRecorder
 from tether_desk.triage import classify
@@ -188,7 +188,7 @@ async def _run_refund_agent(desk: Desk, scope: TicketScope) -> None:
 
 def _screen_pending(
     db: Database, scope: TicketScope, pending: tuple[PendingApproval, ...]
-) -> tuple[PendingApproval | None, list[Decision]]:
+) -> tuple[PendingApproval | None, list[Decision], OrderView]:
     """Refuse in code what no person should be asked; keep at most one for staff."""
     with db.read() as s:
         view = order_view(s, scope.order_id)
@@ -215,7 +215,7 @@ def _screen_pending(
             refused.append(p.deny("only one refund proposal per ticket can wait for a decision"))
         else:
             chosen = p
-    return chosen, refused
+    return chosen, refused, view
 
 
 async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: RunResult) -> None:
@@ -223,7 +223,7 @@ async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: 
     for _ in range(MAX_SETTLE_ROUNDS):
         if result.outcome.kind != "awaiting_approval" or result.state is None:
             break
-        chosen, refused = _screen_pending(desk.db, scope, result.state.pending)
+        chosen, refused, view = _screen_pending(desk.db, scope, result.state.pending)
         if refused:
             for d in refused:
                 recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
@@ -231,19 +231,22 @@ async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: 
             result = await agent.resume(result.state, refused)
             continue
         if chosen is not None:
-            _store_approval(desk, scope, recorder, result, chosen)
+            _store_approval(desk, scope, recorder, result, chosen, view)
             return
     _finish_run(desk.db, scope, recorder, result)
 
 
 def _store_approval(
-    desk: Desk, scope: TicketScope, recorder: RunRecorder, result: RunResult, p: PendingApproval
+    desk: Desk,
+    scope: TicketScope,
+    recorder: RunRecorder,
+    result: RunResult,
+    p: PendingApproval,
+    view: OrderView,
 ) -> None:
     assert result.state is not None
     amount = p.arguments.get("amount")
     cents = round(float(amount) * 100) if isinstance(amount, int | float) else 0
-    with desk.db.read() as s:
-        view = order_view(s, scope.order_id)
     flags = desk.detector(scope.body, scope.order_number)
     typed = bool(friction_for(cents, view.remaining_cents, flags))
     context = p.context if isinstance(p.context, dict) else {}

@@ -50,3 +50,15 @@ def test_the_terminal_demo_walks_through_the_seeded_tickets(tmp_path: Path) -> N
     assert "votre commande C-1187 est en preparation" in out
     assert "denied; ticket is now draft_ready" in out
     assert "a person takes this ticket" in out
+
+
+def test_the_runtime_finds_the_desk_commands_through_entry_points() -> None:
+    from tether import cli
+
+    cli.add_plugin_commands()
+    names = {c.name for c in cli.app.registered_commands} | {
+        g.name for g in cli.app.registered_groups
+    }
+    assert {"serve", "desk", "demo", "redteam"} <= names
+    result = CliRunner().invoke(cli.app, ["desk", "--help"])
+    assert result.exit_code == 0 and "demo" in result.output

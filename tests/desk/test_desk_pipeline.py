@@ -173,3 +173,18 @@ async def test_the_trace_is_persisted(desk: Desk) -> None:
         "run_finished",
     ):
         assert kind in kinds
+
+
+async def test_read_ticket_bounds_a_huge_text_and_labels_its_provenance(desk: Desk) -> None:
+    import json
+
+    from tether.tools import RunContext
+    from tether_desk.agent import TICKET_TEXT_CAP, AgentDeps, TicketScope, read_ticket
+
+    scope = TicketScope(1, 1, "C-1042", "Marie", "s", "x" * 1_000_000)
+    text = await read_ticket.invoke({}, RunContext(AgentDeps(desk.db, scope)))
+    doc = json.loads(text)
+    assert len(text) < TICKET_TEXT_CAP + 1_000
+    assert doc["provenance"] == {"source": "ticket:1", "trusted": False}
+    assert doc["content"]["order"] == "C-1042"
+    assert doc["content"]["text"].endswith("[994000 characters omitted]")
