@@ -11,19 +11,22 @@ resume refunds once.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
+from tether.messages import Usage
 from tether.outcomes import Decision, RunState
 from tether_desk.agent import refund_agent
 from tether_desk.clock import utcnow
 from tether_desk.errors import Conflict, InvalidInput, NotFound
-from tether_desk.models import Approval
+from tether_desk.models import Approval, Run
 from tether_desk.money import format_cents, parse_amount
-from tether_desk.pipeline import Desk, load_scope, settle
+from tether_desk.pipeline import Desk, load_scope, set_status, settle
 from tether_desk.trace import RunRecorder
 
+log = logging.getLogger("tether_desk")
 MAX_REASON = 500
 
 
@@ -107,8 +110,13 @@ async def resume(desk: Desk, claimed: Claimed) -> str:
     agent = refund_agent(
         desk.client, desk.db, scope, [recorder, *desk.listeners], approved_by=approver
     )
-    result = await agent.resume(claimed.state_json, [claimed.decision])
-    await settle(desk, scope, recorder, result)
+    try:
+        result = await agent.resume(claimed.state_json, [claimed.decision])
+        await settle(desk, scope, recorder, result)
+    except Exception:
+        log.exception("resuming the run of approval %s failed", claimed.approval_id)
+        recorder.finish("failed", "the run could not be resumed", Usage())
+        set_status(desk.db, claimed.ticket_id, "failed")
     desk.changed(claimed.ticket_id)
     from tether_desk.pipeline import ticket_status
 
@@ -136,6 +144,35 @@ async def decide(
         arguments_hash=arguments_hash,
     )
     return await resume(desk, claimed)
+
+
+async def recover_decided(desk: Desk) -> int:
+    """Resume the runs whose approval was decided but whose run never continued (the
+    process stopped in between). The ledger's idempotency key makes this safe even if the
+    refund was made before the stop. Returns how many runs were resumed."""
+    with desk.db.read() as s:
+        stuck = (
+            s.execute(
+                select(Approval)
+                .join(Run, Run.id == Approval.run_id)
+                .where(
+                    Approval.status.in_(("approved", "denied")), Run.status == "awaiting_approval"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        for a in stuck:
+            s.expunge(a)
+    for a in stuck:
+        state = RunState.from_json(a.state_json)
+        pending = next(p for p in state.pending if p.call_id == a.call_id)
+        decision = (
+            pending.approve() if a.status == "approved" else pending.deny(a.reason or "refused")
+        )
+        claimed = Claimed(a.id, a.ticket_id, a.run_id, a.state_json, decision, a.decided_by or 0)
+        await resume(desk, claimed)
+    return len(stuck)
 
 
 def expire(desk: Desk, approval_id: int) -> bool:

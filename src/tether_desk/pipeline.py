@@ -94,7 +94,7 @@ def load_scope(db: Database, ticket_id: int) -> TicketScope:
     return TicketScope(*row)
 
 
-def _set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
+def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
     with db.write() as s:
         s.execute(
             update(Ticket)
@@ -135,10 +135,10 @@ async def process_ticket(desk: Desk, ticket_id: int) -> str:
         elif category == "refund":
             await _run_refund_agent(desk, scope)
         else:
-            _set_status(desk.db, ticket_id, "needs_human")
+            set_status(desk.db, ticket_id, "needs_human")
     except Exception:
         log.exception("ticket %s failed in the pipeline", ticket_id)
-        _set_status(desk.db, ticket_id, "failed")
+        set_status(desk.db, ticket_id, "failed")
     desk.changed(ticket_id)
     return ticket_status(desk.db, ticket_id)
 
@@ -275,7 +275,7 @@ def _store_approval(
             )
     except IntegrityError:  # another proposal already waits for this ticket
         recorder.finish("failed", "a second refund proposal could not be stored", result.usage)
-        _set_status(desk.db, scope.ticket_id, "failed")
+        set_status(desk.db, scope.ticket_id, "failed")
         return
     recorder.note(
         "approval_requested",
@@ -305,4 +305,4 @@ def _finish_run(db: Database, scope: TicketScope, recorder: RunRecorder, result:
                 .values(status="draft_ready", updated_at=utcnow())
             )
     else:
-        _set_status(db, scope.ticket_id, "failed")
+        set_status(db, scope.ticket_id, "failed")

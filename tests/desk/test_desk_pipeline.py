@@ -188,3 +188,18 @@ async def test_read_ticket_bounds_a_huge_text_and_labels_its_provenance(desk: De
     assert doc["provenance"] == {"source": "ticket:1", "trusted": False}
     assert doc["content"]["order"] == "C-1042"
     assert doc["content"]["text"].endswith("[994000 characters omitted]")
+
+
+async def test_a_decision_whose_run_never_resumed_is_recovered_once(desk: Desk) -> None:
+    from tether_desk.decisions import recover_decided
+
+    tid = ticket_id_by_order(desk.db, "C-2210")
+    await process_ticket(desk, tid)
+    approval = pending_approval(desk.db, tid)
+    assert approval is not None
+    claim_decision(desk, approval.id, staff_id(desk.db), approve=True)  # then the process stops
+    assert ticket(desk.db, tid).status == "awaiting_approval"
+    assert await recover_decided(desk) == 1
+    assert ticket(desk.db, tid).status == "draft_ready"
+    assert refunds_by_order(desk.db) == {"C-2210": 1200}
+    assert await recover_decided(desk) == 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from tether_desk.decisions import expire_due
+from tether_desk.decisions import expire_due, recover_decided
 from tether_desk.models import Ticket
 from tether_desk.pipeline import Desk, process_ticket
 
@@ -95,6 +95,10 @@ class TicketWorker:
             async with limit:
                 await process_ticket(self.desk, ticket_id)
 
+        try:
+            await recover_decided(self.desk)
+        except Exception:
+            log.exception("recovering decided approvals failed")
         while True:
             try:
                 ids = self._new_ids()
