@@ -103,7 +103,7 @@ def read_order(ctx: RunContext[AgentDeps]) -> dict[str, Any]:
     """Read this ticket's order: shipping status, amount paid, amount already refunded and
     what remains refundable, in euros. It changes nothing. It never returns the address or
     the payment method, and it cannot read any other order."""
-    with ctx.deps.db.read() as s:
+    with ctx.deps.db.read_connection() as s:
         view = order_view(s, ctx.deps.scope.order_id)
     return {
         "order": view.number,
@@ -144,7 +144,7 @@ def propose_refund(
 
 
 def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> dict[str, Any]:
-    with ctx.deps.db.read() as s:
+    with ctx.deps.db.read_connection() as s:
         view = order_view(s, ctx.deps.scope.order_id)
     return {
         "ticket": ctx.deps.scope.ticket_id,

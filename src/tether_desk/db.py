@@ -87,6 +87,13 @@ class Database:
             yield session
 
     @contextmanager
+    def read_connection(self) -> Iterator[Connection]:
+        """A Core connection in a read transaction (cheaper than a session)."""
+        with self.engine.connect() as connection:
+            yield connection
+            connection.rollback()
+
+    @contextmanager
     def write_connection(self) -> Iterator[Connection]:
         """A Core connection in a write transaction (cheaper than a session, for inserts)."""
         with self._writer.begin() as connection:

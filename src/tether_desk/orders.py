@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session
 
 from tether_desk.errors import InvalidInput, NotFound
@@ -43,7 +43,7 @@ def check_number(number: str) -> str:
     return number
 
 
-def refunded_cents(session: Session, order_id: int) -> int:
+def refunded_cents(session: Session | Connection, order_id: int) -> int:
     """The total already refunded on an order."""
     total = session.scalar(
         select(func.coalesce(func.sum(Refund.amount_cents), 0)).where(Refund.order_id == order_id)
@@ -51,7 +51,7 @@ def refunded_cents(session: Session, order_id: int) -> int:
     return int(total or 0)
 
 
-def order_view(session: Session, order_id: int) -> OrderView:
+def order_view(session: Session | Connection, order_id: int) -> OrderView:
     """Status and amounts of an order (selected column by column: no address, no payment)."""
     refunded = (
         select(func.coalesce(func.sum(Refund.amount_cents), 0))

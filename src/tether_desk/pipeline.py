@@ -80,7 +80,7 @@ def new_run_id() -> str:
 
 def load_scope(db: Database, ticket_id: int) -> TicketScope:
     """The ticket's scope: its order from the account, its text."""
-    with db.read() as s:
+    with db.read_connection() as s:
         row = s.execute(
             select(
                 Ticket.id, Ticket.order_id, Order.number, Customer.name, Ticket.subject, Ticket.body
@@ -95,7 +95,7 @@ def load_scope(db: Database, ticket_id: int) -> TicketScope:
 
 
 def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
-    with db.write() as s:
+    with db.write_connection() as s:
         s.execute(
             update(Ticket)
             .where(Ticket.id == ticket_id)
@@ -104,18 +104,18 @@ def set_status(db: Database, ticket_id: int, status: str, **values: object) -> N
 
 
 def _claim(db: Database, ticket_id: int) -> bool:
-    with db.write() as s:
+    with db.write_connection() as s:
         done = s.execute(
             update(Ticket)
             .where(Ticket.id == ticket_id, Ticket.status == "new")
             .values(status="triaging", updated_at=utcnow())
         )
-        return bool(done.rowcount)  # type: ignore[attr-defined]
+        return bool(done.rowcount)
 
 
 def ticket_status(db: Database, ticket_id: int) -> str:
     """The ticket's status now."""
-    with db.read() as s:
+    with db.read_connection() as s:
         status = s.scalar(select(Ticket.status).where(Ticket.id == ticket_id))
     if status is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
@@ -165,7 +165,7 @@ async def _triage(desk: Desk, scope: TicketScope) -> str:
 
 
 def _answer_tracking(db: Database, scope: TicketScope) -> None:
-    with db.read() as s:
+    with db.read_connection() as s:
         view = order_view(s, scope.order_id)
     status = STATUS_LABELS.get(view.status, view.status)
     text = f"Bonjour {scope.customer_name}, votre commande {view.number} est {status}."
@@ -190,7 +190,7 @@ def _screen_pending(
     db: Database, scope: TicketScope, pending: tuple[PendingApproval, ...]
 ) -> tuple[PendingApproval | None, list[Decision], OrderView]:
     """Refuse in code what no person should be asked; keep at most one for staff."""
-    with db.read() as s:
+    with db.read_connection() as s:
         view = order_view(s, scope.order_id)
         waiting = s.scalar(
             select(Approval.id).where(

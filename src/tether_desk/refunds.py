@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from tether_desk.db import Database
@@ -69,7 +69,7 @@ def _refund_once(
     ticket_id: int | None,
     approved_by: int | None,
 ) -> RefundResult:
-    with db.write() as s:
+    with db.write_connection() as s:
         order = s.execute(
             select(Order.id, Order.number, Order.amount_paid_cents)
             .where(Order.id == order_id)
@@ -77,10 +77,12 @@ def _refund_once(
         ).one_or_none()
         if order is None:
             raise InvalidInput("Refund refused: there is no such order.")
-        existing = s.scalar(select(Refund).where(Refund.idempotency_key == key))
+        existing = s.execute(
+            select(Refund.order_id, Refund.amount_cents).where(Refund.idempotency_key == key)
+        ).one_or_none()
         done = refunded_cents(s, order_id)
         if existing is not None:
-            if existing.order_id != order_id or existing.amount_cents != amount_cents:
+            if existing[0] != order_id or existing[1] != amount_cents:
                 raise RuleViolation(
                     "Refund refused: this idempotency key was already used for another refund."
                 )
@@ -93,8 +95,8 @@ def _refund_once(
                 f"{format_cents(done)} of {format_cents(order[2])} EUR already refunded on "
                 f"{order.number}; at most {format_cents(order[2] - done)} EUR remains."
             )
-        s.add(
-            Refund(
+        s.execute(
+            insert(Refund).values(
                 order_id=order_id,
                 amount_cents=amount_cents,
                 idempotency_key=key,
@@ -102,7 +104,6 @@ def _refund_once(
                 approved_by=approved_by,
             )
         )
-        s.flush()
         return RefundResult("refunded", order.number, amount_cents, done + amount_cents, order[2])
 
 
