@@ -146,6 +146,7 @@ async def process_ticket(desk: Desk, ticket_id: int) -> str:
 async def _triage(desk: Desk, scope: TicketScope) -> str:
     recorder = RunRecorder(desk.db, new_run_id(), scope.ticket_id, "triage").start()
     recorder.note("model_request", {"turn": 1, "messages": 1})
+    recorder.flush()  # the run shows in the console while the model classifies
     result = await classify(desk.triage_client or desk.client, scope.subject, scope.body)
     recorder.note(
         "triage",

@@ -82,30 +82,28 @@ class RunRecorder:
         self.kind = kind
         self._buffer: list[dict[str, Any]] = []
         self._seq = 0
+        self._new_run: dict[str, Any] | None = None
 
     def start(self, *, resumed: bool = False) -> RunRecorder:
-        """Create the run's row, or (``resumed``) continue its sequence."""
+        """Create the run's row (written with the first events, one transaction less), or
+        (``resumed``) continue its sequence."""
+        if not resumed:
+            self._new_run = {
+                "id": self.run_id,
+                "ticket_id": self.ticket_id,
+                "kind": self.kind,
+                "status": "running",
+                "outcome_reason": "",
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "requests": 0,
+                "started_at": utcnow(),
+            }
+            return self
         with self.db.write_connection() as c:
-            if resumed:
-                last = c.scalar(
-                    select(func.max(RunEvent.seq)).where(RunEvent.run_id == self.run_id)
-                )
-                c.execute(update(Run).where(Run.id == self.run_id).values(status="running"))
-                self._seq = int(last or 0)
-            else:
-                c.execute(
-                    insert(Run).values(
-                        id=self.run_id,
-                        ticket_id=self.ticket_id,
-                        kind=self.kind,
-                        status="running",
-                        outcome_reason="",
-                        input_tokens=0,
-                        output_tokens=0,
-                        requests=0,
-                        started_at=utcnow(),
-                    )
-                )
+            last = c.scalar(select(func.max(RunEvent.seq)).where(RunEvent.run_id == self.run_id))
+            c.execute(update(Run).where(Run.id == self.run_id).values(status="running"))
+        self._seq = int(last or 0)
         return self
 
     def __call__(self, event: Event) -> None:
@@ -131,12 +129,15 @@ class RunRecorder:
 
     def flush(self) -> None:
         """Write the buffered events."""
-        if not self._buffer:
+        if not self._buffer and self._new_run is None:
             return
         with self.db.write_connection() as c:
             self._write(c)
 
     def _write(self, connection: Connection) -> None:
+        if self._new_run is not None:
+            connection.execute(insert(Run).values(**self._new_run))
+            self._new_run = None
         rows, self._buffer = self._buffer, []
         if rows:
             connection.execute(insert(RunEvent), rows)
