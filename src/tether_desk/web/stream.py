@@ -44,14 +44,16 @@ async def run_stream(
         last = after
         deadline = time.monotonic() + MAX_SECONDS
         while time.monotonic() < deadline:
+            # the status first: a run's last events commit with its final status, so once
+            # the status is final the read below sees every event (no end before them)
+            with desk.db.read() as s:
+                run = s.get(Run, run_id)
+                status, kind = (run.status, run.kind) if run else ("gone", "")
             rows = await asyncio.to_thread(run_events, desk.db, run_id, last)
             for row in rows:
                 last = row.seq
                 payload = {"seq": row.seq, "kind": row.kind, "data": row.data}
                 yield {"event": "trace", "id": str(row.seq), "data": json.dumps(payload)}
-            with desk.db.read() as s:
-                run = s.get(Run, run_id)
-                status, kind = (run.status, run.kind) if run else ("gone", "")
             if status != "running" and not rows:
                 yield {"event": "end", "data": json.dumps({"status": status, "kind": kind})}
                 return
