@@ -263,13 +263,14 @@ async def test_cancellation_stops_tools_and_keeps_a_valid_transcript(
         finished.append(True)
         return "late"
 
-    task = asyncio.create_task(agent([call_reply(("hang", {"s": 30}))], [hang]).run("q"))
+    handle = agent([call_reply(("hang", {"s": 30}))], [hang]).start("q")
     await asyncio.sleep(0.05)
-    task.cancel()
-    result = await task
+    handle.cancel()
+    result = await handle
     assert result.outcome.kind == "cancelled"
     assert finished == []
-    assert "cancelled" in result.transcript[-1].tool_results[0].content
+    (res,) = result.transcript[-1].tool_results
+    assert res.status == "interrupted" and "cancelled" in res.content
     assert_valid(result.transcript)
 
 

@@ -17,7 +17,7 @@ from tether.clients import ChatOptions
 from tether.errors import ToolFailure
 from tether.limits import Limits
 from tether.loop import Agent
-from tether.messages import Usage
+from tether.messages import ToolCall, Usage
 from tether.observe import TracingChatClient, instrument, trace_tools, traced_resume, traced_run
 from tether.providers.faults import FaultyClient
 from tether.providers.scripted import ScriptedClient, call_reply, text_reply
@@ -357,6 +357,7 @@ async def test_instrument_twice_does_not_double_spans(
     names = [s.name for s in exporter.get_finished_spans()]
     assert names == ["chat gpt-test", "execute_tool lookup", "chat gpt-test"]
     assert agent.tools["lookup"].requires_approval is False
+    assert len(agent.listeners) == 1
 
 
 def test_unknown_provider_and_model_are_stated_not_guessed() -> None:
@@ -372,15 +373,16 @@ def test_loop_does_not_import_opentelemetry() -> None:
     assert "opentelemetry" not in source
 
 
-async def test_timed_out_tool_span_is_marked_cancelled(
+@tool
+async def stuck() -> str:
+    """Never answers in time. Use it in tests. It does nothing."""
+    await asyncio.sleep(30)
+    return "late"
+
+
+async def test_timed_out_tool_span_says_timeout(
     exporter: InMemorySpanExporter, provider: TracerProvider
 ) -> None:
-    @tool
-    async def stuck() -> str:
-        """Never answers in time. Use it in tests. It does nothing."""
-        await asyncio.sleep(10)
-        return "late"
-
     client = ModelClient([call_reply(("stuck", {})), text_reply("gave up")])
     agent = instrument(
         Agent(client, [stuck], limits=Limits(tool_timeout_seconds=0.05)), tracer_provider=provider
@@ -388,8 +390,101 @@ async def test_timed_out_tool_span_is_marked_cancelled(
     result = await agent.run("go")
     assert "did not finish" in result.transcript[2].parts[0].content  # type: ignore[union-attr]
     (span,) = by_name(exporter.get_finished_spans(), "execute_tool")
+    assert dict(span.attributes or {})["error.type"] == "timeout"
+    assert span.status.status_code == StatusCode.ERROR
+
+
+async def test_tool_cancelled_by_the_run_is_not_a_timeout(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    client = ModelClient([call_reply(("stuck", {})), text_reply("gave up")])
+    limits = Limits(tool_timeout_seconds=20, max_wall_seconds=0.1)
+    agent = instrument(Agent(client, [stuck], limits=limits), tracer_provider=provider)
+    result = await traced_run(agent, "go", tracer_provider=provider)
+    assert result.outcome.kind == "budget_exceeded"
+    (span,) = by_name(exporter.get_finished_spans(), "execute_tool")
     assert dict(span.attributes or {})["error.type"] == "cancelled"
     assert span.status.status_code == StatusCode.ERROR
+
+
+async def test_calls_that_reach_no_tool_get_a_span_with_error_type(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    calls = call_reply(
+        ("lookup", {"order_id": "A-1"}),
+        ("no_such_tool", {"order_id": "A-1"}),
+        ToolCall("", "lookup", {}, '{"order_id": "A-1"'),  # cut-off JSON
+        ("lookup", {"order": "A-1"}),  # against the schema: reaches the tool, which refuses
+    )
+    client = ModelClient([calls, text_reply("Done.")])
+    agent = instrument(Agent(client, [lookup]), capture_content=True, tracer_provider=provider)
+    result = await traced_run(agent, "go", tracer_provider=provider)
+    assert result.outcome.kind == "completed"
+
+    spans = exporter.get_finished_spans()
+    (root,) = by_name(spans, "invoke_agent")
+    tool_spans = by_name(spans, "execute_tool")
+    assert len(tool_spans) == 4  # every call, one span each
+    by_id = {dict(s.attributes or {})["gen_ai.tool.call.id"]: s for s in tool_spans}
+    ids = [c.id for c in result.transcript[1].tool_calls]
+    ok, unknown, malformed, invalid = (by_id[i] for i in ids)
+    results = {r.call_id: r for r in result.transcript[2].parts}  # type: ignore[union-attr]
+
+    assert "error.type" not in (ok.attributes or {})
+    assert dict(invalid.attributes or {})["error.type"] == "tether.errors.InvalidArguments"
+    for span, kind, name in (
+        (unknown, "unknown_tool", "no_such_tool"),
+        (malformed, "malformed_arguments", "lookup"),
+    ):
+        attrs = dict(span.attributes or {})
+        assert span.name == f"execute_tool {name}"
+        assert span.kind == SpanKind.INTERNAL
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+        assert span.status.status_code == StatusCode.ERROR
+        assert attrs["error.type"] == kind
+        assert attrs["gen_ai.operation.name"] == "execute_tool"
+        assert attrs["gen_ai.tool.name"] == name
+        assert attrs["gen_ai.tool.type"] == "function"
+        call_id = str(attrs["gen_ai.tool.call.id"])
+        assert attrs["gen_ai.tool.call.result"] == results[call_id].content
+        assert results[call_id].is_error
+        assert span.end_time is not None and span.start_time is not None
+        assert span.end_time >= span.start_time
+    assert dict(malformed.attributes or {})["gen_ai.tool.call.arguments"] == '{"order_id": "A-1"'
+    assert dict(malformed.attributes or {})["gen_ai.tool.description"] == lookup.spec.description
+    assert "gen_ai.tool.description" not in (unknown.attributes or {})
+    assert json.loads(str(dict(unknown.attributes or {})["gen_ai.tool.call.arguments"])) == {
+        "order_id": "A-1"
+    }
+
+
+async def test_rejected_calls_record_no_content_unless_opted_in(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    calls = call_reply(("no_such_tool", {"secret": SECRET}))
+    agent = instrument(
+        Agent(ModelClient([calls, text_reply("Done.")]), [lookup]), tracer_provider=provider
+    )
+    await agent.run("go")
+    (span,) = by_name(exporter.get_finished_spans(), "execute_tool")
+    assert dict(span.attributes or {})["error.type"] == "unknown_tool"
+    assert SECRET not in json.dumps(dict(span.attributes or {}))
+
+
+async def test_blocked_and_denied_calls_get_a_span(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    from tether.guards.policy import ArgumentPolicy, matches
+
+    guarded = ArgumentPolicy(lookup, matches("order_id", r"A-\d"))
+    calls = call_reply(("lookup", {"order_id": "Z-9"}))
+    agent = instrument(
+        Agent(ModelClient([calls, text_reply("Done.")]), [guarded]), tracer_provider=provider
+    )
+    result = await agent.run("go")
+    assert result.transcript[2].tool_results[0].status == "blocked"
+    (span,) = by_name(exporter.get_finished_spans(), "execute_tool")
+    assert dict(span.attributes or {})["error.type"] == "blocked"
 
 
 def test_adapters_name_their_provider_for_tracing() -> None:

@@ -1,33 +1,49 @@
-"""The ``tether`` command line: ``demo`` runs an agent offline, ``lint`` checks tools."""
+"""The ``tether`` command line: ``demo`` runs an agent offline, ``lint`` checks tools.
+
+Errors are one line on stderr, never a traceback. Text that comes from the user, a
+module or a model is printed as is: escaped for rich markup, with emoji codes off.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-from typing import Annotated
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tether.clients import ChatClient
 from tether.errors import TetherError
 from tether.events import Event, ModelRequest, RunFinished, ToolCallFinished, ToolCallStarted
 from tether.tools import Tool, lint
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-console = Console()
+HELP = "Run the offline support demo and the red team, check tools, serve the embedded model."
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
+console = Console(emoji=False)
+stderr = Console(stderr=True, emoji=False, highlight=False)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``message`` as one line on stderr and exit with ``code``."""
+    stderr.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def _print_event(event: Event) -> None:
     if isinstance(event, ModelRequest):
         console.print(f"[dim]turn {event.turn}: request with {event.messages} message(s)[/]")
     elif isinstance(event, ToolCallStarted):
-        console.print(f"  call [bold]{event.call.name}[/]({event.call.arguments_json()})")
+        call = event.call
+        console.print(f"  call [bold]{escape(call.name)}[/]({escape(call.arguments_json())})")
     elif isinstance(event, ToolCallFinished):
         style = "red" if event.result.is_error else "green"
-        console.print(f"  [{style}]result[/] {event.result.content[:200]}")
+        console.print(f"  [{style}]result[/] {escape(event.result.content[:200])}")
     elif isinstance(event, RunFinished):
-        console.print(f"[bold]outcome:[/] {event.outcome.kind} ({event.outcome.reason})")
+        outcome = event.outcome
+        console.print(f"[bold]outcome:[/] {outcome.kind} ({escape(outcome.reason)})")
 
 
 @app.command()
@@ -52,13 +68,12 @@ def demo(
     try:
         client = None if scripted else _demo_client(model)
     except TetherError as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     agent = demo_agent(client)
     agent.listeners.append(_print_event)
     result = asyncio.run(agent.run(prompt))
     if result.outcome.completed:
-        console.print(f"\n[bold green]answer:[/] {result.output}")
+        console.print(f"\n[bold green]answer:[/] {escape(result.output or '')}")
     else:
         raise typer.Exit(1)
 
@@ -71,7 +86,7 @@ def _demo_client(spec: str | None) -> ChatClient:
     if spec.strip() == "local":
         from tether.providers.local import demo_client, local_model_banner
 
-        console.print(f"[yellow]{local_model_banner()}[/]", highlight=False)
+        console.print(f"[yellow]{escape(local_model_banner())}[/]", highlight=False)
         return demo_client()
     from tether.providers.registry import client_from_string
 
@@ -80,45 +95,82 @@ def _demo_client(spec: str | None) -> ChatClient:
 
 @app.command()
 def redteam() -> None:
-    """Run the built-in red-team scenarios with an obedient, hijacked model."""
+    """Run the red team: the built-in scenarios, then the suite of injected tasks with the
+    default policy beside the old taint layer; exits non-zero when a target is missed."""
     from tether.redteam import run_redteam
+    from tether.redteam.suite import run_suite_sync
 
     report = run_redteam()
     console.print(report.render(), markup=False, highlight=False)
-    raise typer.Exit(0 if report.ok else 1)
+    suite = run_suite_sync()
+    console.print("\n" + suite.render(), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if report.ok and suite.ok else 1)
 
 
 @app.command("serve-local")
 def serve_local_command(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
 ) -> None:
     """Serve the embedded model over an OpenAI-compatible HTTP API (/v1/chat/completions)."""
     from tether.providers.local_server import serve_local
 
-    serve_local(host, port)
+    try:
+        serve_local(host, port)
+    except TetherError as exc:
+        fail(str(exc))
+
+
+@app.command("replay")
+def replay_command(
+    path: Annotated[str, typer.Argument(help="A cassette recorded by tether (JSON).")],
+) -> None:
+    """Replay a recorded run from its cassette alone and print its trace."""
+    from tether.errors import ReplayDivergence
+    from tether.replay import Cassette, replay_agent_run
+    from tether.replay.trace import check_digests, trace_lines
+
+    try:
+        cassette = Cassette.load(path)
+        check_digests(cassette)
+    except ReplayDivergence as exc:
+        fail(str(exc), 1)
+    except TetherError as exc:
+        fail(str(exc))
+    if cassette.meta.get("kind") != "agent":  # a workflow's code is not in its cassette
+        for line in trace_lines(cassette):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
+    try:
+        replayer.verify(result)
+    except ReplayDivergence as exc:
+        fail(str(exc), 1)
+    if result.outcome.completed:
+        console.print(f"answer: {result.output}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"replayed {replayer.turn} request(s): identical to the recording")
 
 
 @app.command("lint")
 def lint_command(
-    target: Annotated[str, typer.Argument(help="module:attribute naming a tool or a list.")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="MODULE:ATTRIBUTE naming a tool or a list of tools, e.g. tether.demo:read_order."
+        ),
+    ],
 ) -> None:
-    """Flag tools with a thin description or undocumented parameters."""
-    module_name, _, attr = target.partition(":")
-    try:
-        value = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        console.print(f"[red]cannot load {target}: {exc}[/]")
-        raise typer.Exit(2) from exc
-    tools = [value] if isinstance(value, Tool) else list(value)
+    """Flag tools with a thin description or undocumented parameters (one finding a line)."""
+    tools = load_tools(target)
     findings = lint(tools)
     for f in findings:
-        console.print(str(f), markup=False)
-    errors = [f for f in findings if f.severity == "error"]
+        console.print(str(f), markup=False, highlight=False, soft_wrap=True)
+    n_errors = sum(f.severity == "error" for f in findings)
     console.print(
-        f"{len(tools)} tool(s), {len(errors)} error(s), {len(findings) - len(errors)} hint(s)"
+        f"{len(tools)} tool(s), {n_errors} error(s), {len(findings) - n_errors} hint(s)",
+        soft_wrap=True,
     )
-    if errors:
+    if n_errors:
         raise typer.Exit(1)
 
 
@@ -142,6 +194,41 @@ def add_plugin_commands() -> None:
         else:
             app.command(ep.name)(target)
         known.add(ep.name)
+
+
+def load_tools(target: str) -> list[Tool]:
+    """The tools named by ``MODULE:ATTRIBUTE`` (a tool, or a list or dict of tools);
+    anything else exits with a one-line error."""
+    module_name, colon, path = target.strip().partition(":")
+    if not colon or not module_name or not path:
+        fail(f"{target!r} is not MODULE:ATTRIBUTE; write e.g. tether.demo:read_order")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or whatever the module raises on import
+        hint = "; is the module on the path?" if isinstance(exc, ImportError) else ""
+        fail(f"cannot load {target}: {type(exc).__name__}: {exc}{hint}")
+    for name in path.split("."):
+        try:
+            value = getattr(value, name)
+        except AttributeError:
+            fail(f"cannot load {target}: {module_name} has no attribute {path!r}; check the name")
+    if isinstance(value, Tool):
+        return [value]
+    items = value.values() if isinstance(value, Mapping) else value
+    if isinstance(items, Iterable) and not isinstance(items, str | bytes):
+        tools = list(items)
+        strays = [t for t in tools if not isinstance(t, Tool)]
+        if not strays:
+            return tools
+        fail(f"{target} holds {_kind(strays[0])}, not a tool; name a list of tools only")
+    fail(f"{target} is {_kind(value)}, not a tool; name a @tool function or a list of tools")
+
+
+def _kind(value: object) -> str:
+    """A short description of what ``value`` is, for error messages."""
+    if isinstance(value, type):
+        return f"the class {value.__qualname__}"
+    return f"a {type(value).__qualname__}"
 
 
 def main() -> None:

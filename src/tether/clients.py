@@ -21,6 +21,24 @@ _EMPTY: Mapping[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """A structured reply: the reply's text must be one JSON object valid against ``schema``.
+
+    Plain data read by each adapter, which asks for it with the provider's own mechanism
+    (see ``docs/workflows.md``). Build one from a Python type with
+    :func:`tether.structured.output_schema`; the root is always an object.
+    """
+
+    name: str
+    """A short name for the format (letters, digits, ``_`` and ``-``), sent where the
+    provider asks for one."""
+    schema: Mapping[str, Any]
+    """The JSON schema, as written by pydantic; each adapter makes it strict in its way."""
+    description: str | None = None
+    """What the object is, sent where the provider takes a description."""
+
+
+@dataclass(frozen=True, slots=True)
 class ChatOptions:
     """Per-request settings. ``extra`` carries provider-specific settings untouched."""
 
@@ -34,6 +52,9 @@ class ChatOptions:
     """Overrides the client's model for this request."""
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """Provider-specific settings, passed through."""
+    output_schema: OutputSchema | None = None
+    """Ask for a structured reply: one JSON object valid against this schema, as text.
+    Validating it is the caller's job (:func:`tether.structured.extract` does it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,10 +84,15 @@ class ConstrainedToolCalling(DelegatingChatClient):
         if not tools:
             return await self.inner.complete(messages, tools, options)
         answer_schema = options.extra.get(JSON_SCHEMA)
+        if answer_schema is None and options.output_schema is not None:
+            answer_schema = options.output_schema.schema
         extra = dict(options.extra)
         extra[JSON_SCHEMA] = reply_schema(tools, answer_schema)
         inner_options = replace(
-            options, instructions=render_instructions(options.instructions, tools), extra=extra
+            options,
+            instructions=render_instructions(options.instructions, tools),
+            extra=extra,
+            output_schema=None,
         )
         response = await self.inner.complete(render_history(messages), (), inner_options)
         text = response.message.text

@@ -14,6 +14,7 @@ from tether.messages import Message, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from tether.outcomes import Outcome
+    from tether.rulings import Ruling
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +49,21 @@ class ToolCallStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class CallRuled:
+    """A call got a ruling other than a plain allow (asked, denied, or allowed with a
+    reason), before anything ran."""
+
+    turn: int
+    call: ToolCall
+    ruling: Ruling
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallFinished:
-    """A tool call ended (successfully or with an error result)."""
+    """A call got its result: ``result.status`` says whether it was executed (``ok``),
+    failed (``error``), denied by a human, blocked by a policy, or stopped with its run.
+    Calls refused before running (blocked, denied) have no :class:`ToolCallStarted`.
+    """
 
     turn: int
     call: ToolCall
@@ -76,6 +90,7 @@ Event: TypeAlias = (
     | ModelRequest
     | ModelResponse
     | TextDelta
+    | CallRuled
     | ToolCallStarted
     | ToolCallFinished
     | MessageAppended

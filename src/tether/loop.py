@@ -1,19 +1,28 @@
 """The bounded agent loop.
 
 Each turn: check the limits, check the history, call the model, append its reply, decide
-on *content* (no tool call = final answer), run the calls, append their results, repeat.
-Every exit is a typed :class:`~tether.outcomes.Outcome` with the transcript attached, and
-the transcript is always one that a provider would accept (every call answered).
+on *content* (no tool call = final answer), rule on and run the calls, append their
+results, repeat. Every exit is a typed :class:`~tether.outcomes.Outcome` with the transcript
+attached, and the transcript is always one that a provider would accept (every call
+answered, truthfully: a call interrupted mid-run says so).
+
+Cancellation follows asyncio: cancelling the task that awaits :meth:`Agent.run` raises
+``CancelledError`` there (after the transcript is closed and ``RunFinished`` is emitted).
+For a typed ``cancelled`` result, start the run with :meth:`Agent.start` and call
+:meth:`RunHandle.cancel`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic
 
+from typing_extensions import TypeVar
+
+from tether.answers import FinalAnswers, Invalid, Reask, Valid
 from tether.clients import ChatClient, ChatOptions, ChatResponse, ResponseDone, TextDelta
 from tether.errors import ContextWindowExceeded, InvalidHistoryError, ProviderError, StateError
 from tether.events import (
@@ -26,11 +35,16 @@ from tether.events import (
     RunStarted,
 )
 from tether.history import HistoryChecker
-from tether.invoke import NOT_EXECUTED_CANCELLED, NOT_EXECUTED_TRUNCATED, Invoker
+from tether.invoke import NOT_RUN_TRUNCATED, Invoker, TurnOutcome
 from tether.limits import Budget, Limits
-from tether.messages import Message, Text, ToolCall, ToolResult, Usage
-from tether.outcomes import Decision, Outcome, RunResult, RunState
+from tether.messages import TOO_DEEP, Message, Text, ToolCall, ToolResult, Usage, within_depth
+from tether.outcomes import NO_VALUE, Decision, Outcome, PendingApproval, RunResult, RunState
+from tether.rulings import CallPolicy
+from tether.state_store import StateStore
+from tether.structured import OutputType
 from tether.tools import DepsT, RunContext, Tool
+
+OutputT = TypeVar("OutputT", default=str)
 
 
 @dataclass(slots=True)
@@ -47,13 +61,27 @@ class _Run:
     call_ids: set[str] = field(default_factory=set)
     checker: HistoryChecker = field(default_factory=HistoryChecker)
     emit: Listener | None = None
+    memo: dict[str, Any] = field(default_factory=dict)
+    version: int = 0
+    """Version of the state this run was resumed from (0 for a new run)."""
+    ready: dict[str, ToolResult] = field(default_factory=dict)
+    """Results of the open turn's calls that ran before an approval round."""
+    turn_metadata: dict[str, Any] = field(default_factory=dict)
+    stop_requested: bool = False
+    invoker: Invoker | None = None
+    answer_reasks: int = 0
+    """Re-asks of an invalid final answer so far (``output_type``)."""
 
 
-class Agent(Generic[DepsT]):
+class Agent(Generic[DepsT, OutputT]):
     """A model, its tools, its instructions and its limits.
 
     ``await agent.run(prompt)`` returns a :class:`RunResult`; ``result.output`` is the answer
-    only if the run completed.
+    only if the run completed. ``policy`` rules on every call with the tool's own ruling
+    (:mod:`tether.rulings`). With ``output_type`` (a pydantic model, dataclass, enum...;
+    ``tether.structured.OutputType.of(...)`` for a ``Literal``) every request asks the provider
+    for that schema, the final answer is validated into it (one re-ask when invalid, within
+    the run's bounds) and ``result.output`` is the object (see :mod:`tether.answers`).
     """
 
     def __init__(
@@ -67,6 +95,8 @@ class Agent(Generic[DepsT]):
         deps: DepsT | None = None,
         listeners: Iterable[Listener] = (),
         stream: bool = False,
+        policy: CallPolicy | None = None,
+        output_type: type[OutputT] | OutputType[OutputT] | None = None,
     ) -> None:
         self.client = client
         self.tools: dict[str, Tool] = {}
@@ -78,13 +108,15 @@ class Agent(Generic[DepsT]):
         self.limits = limits or Limits()
         base = options or ChatOptions()
         if instructions is not None:
-            base = ChatOptions(
-                instructions, base.max_output_tokens, base.temperature, base.model, base.extra
-            )
+            base = replace(base, instructions=instructions)
+        self.answers = None if output_type is None else FinalAnswers.of(output_type)
+        if self.answers is not None:
+            base = replace(base, output_schema=self.answers.output.schema)
         self.options = base
         self.deps = deps
         self.listeners: list[Listener] = list(listeners)
         self.stream = stream
+        self.policy = policy
 
     # --- public entry points ------------------------------------------------------------
 
@@ -94,12 +126,26 @@ class Agent(Generic[DepsT]):
         *,
         deps: DepsT | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
-        """Run until a final answer or a bound; never raises for model or tool failures."""
-        history = [Message.user(prompt)] if isinstance(prompt, str) else list(prompt)
-        run = _Run(run_id or secrets.token_hex(16), history, Budget(self.limits), self._deps(deps))
-        run.call_ids.update(c.id for m in history for c in m.tool_calls)
-        return await self._drive(run, None, ())
+        store: StateStore | None = None,
+    ) -> RunResult[OutputT]:
+        """Run until a final answer or a bound; never raises for model or tool failures.
+
+        With ``store``, a run that ends ``awaiting_approval`` saves its state there.
+        """
+        return await self._drive(self._new_run(prompt, deps, run_id), None, store)
+
+    def start(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        deps: DepsT | None = None,
+        run_id: str | None = None,
+        store: StateStore | None = None,
+    ) -> RunHandle:
+        """Start a run in a task of its own; ``await`` the handle for its result, and
+        :meth:`RunHandle.cancel` it for a typed ``cancelled`` result."""
+        run = self._new_run(prompt, deps, run_id)
+        return RunHandle(run, asyncio.ensure_future(self._drive(run, None, store)))
 
     async def resume(
         self,
@@ -107,32 +153,25 @@ class Agent(Generic[DepsT]):
         decisions: Iterable[Decision] = (),
         *,
         deps: DepsT | None = None,
-    ) -> RunResult:
+        store: StateStore | None = None,
+    ) -> RunResult[OutputT]:
         """Continue a run that was awaiting approval, applying the human's decisions.
 
-        A decision must come from this run, name a pending call and carry the hash of its
-        exact arguments; anything else raises :class:`~tether.errors.StateError` and runs nothing.
+        The whole state is checked first (:meth:`RunState.check`); a decision must come from
+        this run, name a pending call and carry the hash of its exact arguments; anything
+        else raises :class:`~tether.errors.StateError` and runs nothing. With ``store``, the
+        state is claimed there first, so that it is resumed once, whoever tries.
         """
         if isinstance(state, str):
             state = RunState.from_json(state)
+        state.check()
         if not state.pending:
             raise StateError(f"run {state.run_id} is not awaiting approval")
-        by_call = {p.call_id: p for p in state.pending}
-        chosen: dict[str, Decision] = {}
-        for d in decisions:
-            p = by_call.get(d.call_id)
-            if p is None:
-                raise StateError(f"no call {d.call_id!r} is awaiting approval in this run")
-            if d.run_id != state.run_id:
-                raise StateError(
-                    f"the decision for call {d.call_id!r} was made in another run; "
-                    "decide again from this run's pending approvals"
-                )
-            if p.arguments_hash != d.arguments_hash:
-                raise StateError(
-                    f"the decision for call {d.call_id!r} was made for other arguments"
-                )
-            chosen[d.call_id] = d
+        chosen = _check_decisions(state, decisions)
+        if store is not None and not await store.claim(state.run_id, state.version):
+            raise StateError(
+                f"state {state.state_id} was already resumed; load the run's latest state"
+            )
         run = _Run(
             state.run_id,
             list(state.transcript),
@@ -141,9 +180,14 @@ class Agent(Generic[DepsT]):
             state.usage,
             state.turns,
             state.consecutive_errors,
+            memo=dict(state.memo),
+            version=state.version,
+            ready={r.call_id: r for r in state.ready_results},
+            turn_metadata={k: dict(v) for k, v in state.turn_metadata.items()},
         )
         run.call_ids.update(c.id for m in run.history for c in m.tool_calls)
-        return await self._drive(run, chosen, state.ready_results)
+        waiting = {p.call_id: p for p in state.pending}
+        return await self._drive(run, (chosen, waiting), store)
 
     def as_tool(self, name: str, description: str) -> Tool:
         """This agent as a tool of another: a fresh history per call, its own limits and
@@ -152,54 +196,68 @@ class Agent(Generic[DepsT]):
 
         return SubAgentTool(self, name, description)
 
-    def run_sync(self, prompt: str | Sequence[Message], **kwargs: Any) -> RunResult:
-        """:meth:`run` for code that has no event loop."""
+    def run_sync(self, prompt: str | Sequence[Message], **kwargs: Any) -> RunResult[OutputT]:
+        """:meth:`run` for code that has no event loop. Returns at the wall-time limit even
+        if a sync tool is still running in its thread (it is reported ``abandoned``)."""
         return asyncio.run(self.run(prompt, **kwargs))
 
     # --- the loop -----------------------------------------------------------------------
 
+    def _new_run(self, prompt: str | Sequence[Message], deps: Any, run_id: str | None) -> _Run:
+        history = [Message.user(prompt)] if isinstance(prompt, str) else list(prompt)
+        run = _Run(run_id or secrets.token_hex(16), history, Budget(self.limits), self._deps(deps))
+        run.call_ids.update(c.id for m in history for c in m.tool_calls)
+        return run
+
     async def _drive(
         self,
         run: _Run,
-        decisions: Mapping[str, Decision] | None,
-        ready: Sequence[ToolResult],
+        resumed: tuple[Mapping[str, Decision], Mapping[str, PendingApproval]] | None,
+        store: StateStore | None,
     ) -> RunResult:
         emit = run.emit = self._emitter()
         if emit:
             emit(RunStarted(run.run_id))
-        invoker = Invoker(self.tools, self.limits, emit)
-        deadline = _deadline(run.budget)
+        invoker = run.invoker = Invoker(self.tools, self.limits, emit, self.policy)
+        if resumed is None and self.policy is not None:
+            self.policy.begin(tuple(run.history), self._context_factory(run)(None))
+        remaining = run.budget.remaining_seconds()
+        wall = asyncio.timeout(None if remaining is None else max(remaining, 0.0))
         try:
-            if deadline is None:
-                result = await self._loop(run, invoker, decisions, ready)
-            else:
-                async with asyncio.timeout(deadline):
-                    result = await self._loop(run, invoker, decisions, ready)
+            async with wall:
+                result = await self._loop(run, invoker, resumed)
         except TimeoutError:
-            self._close_open_calls(run, "Not executed: the run's wall-time limit was reached.")
+            if not wall.expired():
+                raise
+            self._close_open_calls(run, "wall-time limit reached")
             result = self._finish(
                 run, Outcome("budget_exceeded", "wall-time limit reached", "max_wall_seconds")
             )
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            self._close_open_calls(run, NOT_EXECUTED_CANCELLED)
+            self._close_open_calls(run, "cancelled")
             result = self._finish(run, Outcome("cancelled", "the run was cancelled"))
+            if emit:
+                emit(RunFinished(result.outcome))
+            task = asyncio.current_task()
+            if not run.stop_requested or task is None:
+                raise
+            task.uncancel()  # a stop asked through the run's handle: report it, typed
+            return result
         if emit:
             emit(RunFinished(result.outcome))
+        if store is not None and result.state is not None:
+            await store.save(result.state)
         return result
 
     async def _loop(
         self,
         run: _Run,
         invoker: Invoker,
-        decisions: Mapping[str, Decision] | None,
-        ready: Sequence[ToolResult],
+        resumed: tuple[Mapping[str, Decision], Mapping[str, PendingApproval]] | None,
     ) -> RunResult:
-        if decisions is not None:
+        if resumed is not None:
             calls = run.history[-1].tool_calls
-            stop = await self._run_calls(run, invoker, calls, decisions, ready)
+            stop = await self._run_calls(run, invoker, calls, *resumed)
             if stop is not None:
                 return stop
         while True:
@@ -214,7 +272,7 @@ class Agent(Generic[DepsT]):
             if stop is not None:
                 return stop
             if calls:
-                stop = await self._run_calls(run, invoker, calls, None, ())
+                stop = await self._run_calls(run, invoker, calls, None, None)
                 if stop is not None:
                     return stop
 
@@ -283,20 +341,35 @@ class Agent(Generic[DepsT]):
             )
         self._append(run, message)
         if stop.truncated:
-            self._close_open_calls(run, NOT_EXECUTED_TRUNCATED)
+            self._answer_unrun(run, NOT_RUN_TRUNCATED)
             return self._finish(
                 run,
                 Outcome("truncated", f"the reply hit the output token limit ({stop.raw})"),
             )
         if stop.refused:
-            self._close_open_calls(run, "Not executed: the model refused.")
+            self._answer_unrun(run, "Not executed: the model refused.")
             return self._finish(run, Outcome("refused", f"the model refused ({stop.raw})"))
         if stop.context_exceeded:
-            self._close_open_calls(run, "Not executed: the context window is full.")
+            self._answer_unrun(run, "Not executed: the context window is full.")
             return self._finish(run, Outcome("context_exceeded", "the context window is full"))
         if calls or stop.paused:
             return None
-        return self._finish(run, Outcome("completed", "final answer"))
+        if self.answers is None:
+            return self._finish(run, Outcome("completed", "final answer"))
+        return self._typed_answer(run, message)
+
+    def _typed_answer(self, run: _Run, message: Message) -> RunResult | None:
+        """Validate the final answer into the output type; re-ask, or end the run."""
+        assert self.answers is not None
+        verdict = self.answers.read(message, run.answer_reasks)
+        if isinstance(verdict, Valid):
+            return self._finish(run, Outcome("completed", "final answer"), value=verdict.value)
+        if isinstance(verdict, Invalid):
+            return self._finish(run, verdict.outcome)
+        assert isinstance(verdict, Reask)
+        run.answer_reasks += 1
+        self._append(run, verdict.message)
+        return None
 
     async def _run_calls(
         self,
@@ -304,24 +377,19 @@ class Agent(Generic[DepsT]):
         invoker: Invoker,
         calls: list[ToolCall],
         decisions: Mapping[str, Decision] | None,
-        ready: Sequence[ToolResult],
+        waiting: Mapping[str, PendingApproval] | None,
     ) -> RunResult | None:
-        done = {r.call_id: r for r in ready} if ready else {}
-        todo = [c for c in calls if c.id not in done] if done else calls
-        deps, run_id, turn, usage = run.deps, run.run_id, run.turns, run.usage
-
-        def add_usage(extra: Usage) -> None:
-            run.usage = run.usage + extra
-
-        def make_ctx(call: ToolCall) -> RunContext[Any]:
-            return RunContext(deps, run_id, call, turn, usage, add_usage)
-
-        outcome = await invoker.run_turn(todo, make_ctx, run.turns, decisions)
-        if not done and not outcome.pending:  # the common case: every call ran just now
+        ready = run.ready
+        todo = [c for c in calls if c.id not in ready] if ready else calls
+        outcome = await invoker.run_turn(
+            todo, self._context_factory(run), run.turns, decisions, waiting
+        )
+        _merge_metadata(run.turn_metadata, outcome)
+        if not ready and not outcome.pending:  # the common case: every call ran just now
             return self._record_results(run, outcome.results)  # type: ignore[arg-type]
         for call, result in zip(todo, outcome.results, strict=True):
             if result is not None:
-                done[call.id] = result
+                ready[call.id] = result
         if outcome.pending:
             state = RunState(
                 run.run_id,
@@ -331,22 +399,33 @@ class Agent(Generic[DepsT]):
                 run.consecutive_errors,
                 run.budget.elapsed(),
                 tuple(outcome.pending),
-                tuple(done[c.id] for c in calls if c.id in done),
+                tuple(ready[c.id] for c in calls if c.id in ready),
+                run.version + 1,
+                dict(run.memo),
+                dict(run.turn_metadata),
             )
             names = ", ".join(f"{p.tool} ({p.call_id})" for p in outcome.pending)
             return self._finish(
                 run, Outcome("awaiting_approval", f"waiting for approval of {names}"), state
             )
-        return self._record_results(run, [done[c.id] for c in calls])
+        results = [ready[c.id] for c in calls]
+        run.ready = {}
+        return self._record_results(run, results)
 
     def _record_results(self, run: _Run, results: list[ToolResult]) -> RunResult | None:
-        """Append one turn's results; end the run after too many all-failing turns."""
-        self._append(run, Message("tool", tuple(results)))
+        """Append one turn's results. A turn whose every call failed counts toward
+        ``max_consecutive_errors``; a refusal (denied, blocked) is a decision, not a failure,
+        and neither counts nor resets the count."""
+        metadata = run.turn_metadata
+        run.turn_metadata = {}
+        self._append(run, Message("tool", tuple(results), metadata))
+        failed = 0
         for r in results:
-            if not r.is_error:
+            if r.status == "ok":
                 run.consecutive_errors = 0
                 return None
-        if results:
+            failed += r.status == "error"
+        if results and failed == len(results):
             run.consecutive_errors += 1
             if run.consecutive_errors >= self.limits.max_consecutive_errors:
                 return self._finish(
@@ -362,9 +441,21 @@ class Agent(Generic[DepsT]):
 
     # --- helpers ------------------------------------------------------------------------
 
+    def _context_factory(self, run: _Run) -> Callable[[ToolCall | None], RunContext[Any]]:
+        deps, run_id, turn, usage, memo = run.deps, run.run_id, run.turns, run.usage, run.memo
+
+        def add_usage(extra: Usage) -> None:
+            run.usage = run.usage + extra
+
+        def make_ctx(call: ToolCall | None) -> RunContext[Any]:
+            return RunContext(deps, run_id, call, turn, usage, add_usage, memo)
+
+        return make_ctx
+
     def _normalise(self, run: _Run, message: Message) -> tuple[Message, list[ToolCall]]:
         """An assistant message that can enter the history (no empty text, no stray
-        results, every call id present and unique in the run) and its calls."""
+        results, every call id present and unique in the run, arguments of bounded depth)
+        and its calls."""
         parts: list[Text | ToolCall] = []
         calls: list[ToolCall] = []
         changed = message.role != "assistant"
@@ -377,6 +468,9 @@ class Agent(Generic[DepsT]):
             elif isinstance(part, ToolCall):
                 if not part.id or part.id in run.call_ids:
                     part = _renamed(part, run)
+                    changed = True
+                if not part.malformed and not within_depth(part.arguments):
+                    part = ToolCall(part.id, part.name, {}, TOO_DEEP)
                     changed = True
                 run.call_ids.add(part.id)
                 parts.append(part)
@@ -393,16 +487,40 @@ class Agent(Generic[DepsT]):
         if emit:
             emit(MessageAppended(message))
 
-    def _close_open_calls(self, run: _Run, text: str) -> None:
-        """Give every unanswered call of the last message an error result."""
+    def _answer_unrun(self, run: _Run, text: str) -> None:
+        """Answer the calls of a reply that ends the run before any of them ran."""
+        calls = run.history[-1].tool_calls
+        if calls:
+            self._append(
+                run, Message.results(ToolResult(c.id, text, status="not_run") for c in calls)
+            )
+
+    def _close_open_calls(self, run: _Run, why: str) -> None:
+        """Give every unanswered call of the last message a truthful result after the run
+        stopped (``why``) mid-turn: the real result of each call that finished."""
         if not run.history or run.history[-1].role != "assistant":
             return
         calls = run.history[-1].tool_calls
-        if calls:
-            self._append(run, Message.results(ToolResult(c.id, text, True) for c in calls))
+        if not calls:
+            return
+        ready = run.ready
+        invoker = run.invoker
+        assert invoker is not None
+        open_calls = [c for c in calls if c.id not in ready]
+        closed = {r.call_id: r for r in invoker.close_open(open_calls, why)}
+        metadata, run.turn_metadata = run.turn_metadata, {}
+        _merge_metadata(metadata, invoker.current)
+        self._append(
+            run, Message("tool", tuple(ready.get(c.id) or closed[c.id] for c in calls), metadata)
+        )
+        run.ready = {}
 
-    def _finish(self, run: _Run, outcome: Outcome, state: RunState | None = None) -> RunResult:
-        return RunResult(outcome, tuple(run.history), run.usage, run.turns, run.run_id, state)
+    def _finish(
+        self, run: _Run, outcome: Outcome, state: RunState | None = None, value: Any = NO_VALUE
+    ) -> RunResult:
+        return RunResult(
+            outcome, tuple(run.history), run.usage, run.turns, run.run_id, state, value
+        )
 
     def _deps(self, deps: Any) -> Any:
         return self.deps if deps is None else deps
@@ -421,15 +539,69 @@ class Agent(Generic[DepsT]):
         return emit
 
 
+class RunHandle:
+    """A run started with :meth:`Agent.start`. ``await handle`` gives its
+    :class:`RunResult`; :meth:`cancel` stops it and that result is then ``cancelled``, with
+    the transcript closed truthfully. Cancelling the awaiting task still raises there."""
+
+    __slots__ = ("_run", "task")
+
+    def __init__(self, run: _Run, task: asyncio.Future[RunResult]) -> None:
+        self._run = run
+        self.task = task
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self._run.run_id
+
+    def cancel(self) -> bool:
+        """Ask the run to stop; ``False`` if it has already ended."""
+        if self.task.done():
+            return False
+        self._run.stop_requested = True
+        return self.task.cancel()
+
+    def done(self) -> bool:
+        """Whether the run has ended."""
+        return self.task.done()
+
+    def __await__(self) -> Generator[Any, None, RunResult]:
+        return self.task.__await__()
+
+
+def _check_decisions(state: RunState, decisions: Iterable[Decision]) -> dict[str, Decision]:
+    by_call = {p.call_id: p for p in state.pending}
+    chosen: dict[str, Decision] = {}
+    for d in decisions:
+        p = by_call.get(d.call_id)
+        if p is None:
+            raise StateError(f"no call {d.call_id!r} is awaiting approval in this run")
+        if d.run_id != state.run_id:
+            raise StateError(
+                f"the decision for call {d.call_id!r} was made in another run; "
+                "decide again from this run's pending approvals"
+            )
+        if p.arguments_hash != d.arguments_hash:
+            raise StateError(f"the decision for call {d.call_id!r} was made for other arguments")
+        if d.call_id in chosen:
+            raise StateError(f"two decisions were given for call {d.call_id!r}")
+        chosen[d.call_id] = d
+    return chosen
+
+
+def _merge_metadata(metadata: dict[str, Any], outcome: TurnOutcome) -> None:
+    if outcome.rulings:
+        rulings = metadata.setdefault("rulings", {})
+        rulings.update({k: r.to_dict() for k, r in outcome.rulings.items()})
+    if outcome.decisions:
+        decisions = metadata.setdefault("decisions", {})
+        decisions.update({k: d.to_dict() for k, d in outcome.decisions.items()})
+
+
 def _renamed(call: ToolCall, run: _Run) -> ToolCall:
     base = call.id or f"call_{run.run_id[:8]}"
     n = 2
     while f"{base}_{n}" in run.call_ids:
         n += 1
     return ToolCall(f"{base}_{n}", call.name, call.arguments, call.raw_arguments)
-
-
-def _deadline(budget: Budget) -> float | None:
-    """Seconds left for ``asyncio.timeout`` (``None``: no wall-time limit)."""
-    remaining = budget.remaining_seconds()
-    return None if remaining is None else max(remaining, 0.0)

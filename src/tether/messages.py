@@ -13,10 +13,33 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
 
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of containers accepted in a call's arguments; deeper is malformed."""
+
+TOO_DEEP = "<arguments nested too deeply>"
+
 Role = Literal["user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
 _EMPTY: Mapping[str, Any] = {}
+
+
+def within_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests lists and dicts no deeper than ``limit`` (read without
+    recursion, so a hostile value cannot exhaust the stack)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth >= limit:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +70,9 @@ class ToolCall:
         """Build a call from a JSON text of arguments, keeping the text if it is malformed."""
         try:
             value = json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return cls(id=id, name=name, arguments={}, raw_arguments=text)
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or not within_depth(value):
             return cls(id=id, name=name, arguments={}, raw_arguments=text)
         return cls(id=id, name=name, arguments=value)
 
@@ -62,17 +85,51 @@ class ToolCall:
         """The arguments as compact JSON text (the raw text when it was malformed)."""
         if self.raw_arguments is not None:
             return self.raw_arguments
-        return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+        try:
+            return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+        except RecursionError:  # the loop turns such a call into a malformed one
+            return TOO_DEEP
+
+
+ResultStatus = Literal["ok", "error", "denied", "blocked", "interrupted", "abandoned", "not_run"]
+"""What happened to a call, beyond the text the model reads:
+
+- ``ok``: it ran and returned;
+- ``error``: it ran or was attempted and failed (the tool raised, invalid or malformed
+  arguments, unknown tool, a tool timeout); only these count toward
+  ``Limits.max_consecutive_errors``;
+- ``denied``: a human refused it; ``blocked``: a policy refused it before anything ran
+  (a refusal is a decision, not a failure);
+- ``interrupted``: it started, then the run was cancelled or hit its wall-time limit; it may
+  or may not have taken effect;
+- ``abandoned``: a sync tool still running in its worker thread when the run ended; it may
+  still take effect;
+- ``not_run``: it provably never started (a truncated or refused reply, a run stopped first).
+"""
+RESULT_STATUSES: frozenset[str] = frozenset(get_args(ResultStatus))
 
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """The result of one tool call, paired with it by ``call_id``."""
+    """The result of one tool call, paired with it by ``call_id``.
+
+    ``is_error`` is what providers see; ``status`` says what happened (see
+    :data:`ResultStatus`). Either may be given: an error result defaults to ``error``, and
+    any status but ``ok`` is an error.
+    """
 
     call_id: str
     content: str
     is_error: bool = False
+    status: ResultStatus = "ok"
     kind: Literal["tool_result"] = "tool_result"
+
+    def __post_init__(self) -> None:
+        if self.status == "ok":
+            if self.is_error:
+                object.__setattr__(self, "status", "error")
+        elif not self.is_error:
+            object.__setattr__(self, "is_error", True)
 
 
 Part: TypeAlias = Text | ToolCall | ToolResult
@@ -229,31 +286,43 @@ def part_to_dict(part: Part) -> dict[str, Any]:
         if part.raw_arguments is not None:
             d["raw_arguments"] = part.raw_arguments
         return d
-    return {
+    d = {
         "kind": "tool_result",
         "call_id": part.call_id,
         "content": part.content,
         "is_error": part.is_error,
     }
+    if part.status not in ("ok", "error"):
+        d["status"] = part.status
+    return d
 
 
 def part_from_dict(data: Mapping[str, Any]) -> Part:
-    """Inverse of :func:`part_to_dict`; raises ``ValueError`` on an unknown kind."""
+    """Inverse of :func:`part_to_dict`; raises ``ValueError`` on an unknown kind or shape."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"a message part must be an object, not {type(data).__name__}")
     kind = data.get("kind")
     if kind == "text":
         return Text(str(data["text"]))
     if kind == "tool_call":
+        arguments = data.get("arguments") or {}
+        raw = data.get("raw_arguments")
+        if not isinstance(arguments, Mapping) or not within_depth(arguments):
+            raise ValueError("a tool call's arguments must be a JSON object of bounded depth")
+        if raw is not None and not isinstance(raw, str):
+            raise ValueError("a tool call's raw_arguments must be text")
         return ToolCall(
-            id=str(data["id"]),
-            name=str(data["name"]),
-            arguments=dict(data.get("arguments") or {}),
-            raw_arguments=data.get("raw_arguments"),
+            id=str(data["id"]), name=str(data["name"]), arguments=dict(arguments), raw_arguments=raw
         )
     if kind == "tool_result":
+        status = data.get("status", "ok")
+        if status not in RESULT_STATUSES:
+            raise ValueError(f"unknown tool result status: {status!r}")
         return ToolResult(
             call_id=str(data["call_id"]),
             content=str(data["content"]),
             is_error=bool(data.get("is_error", False)),
+            status=status,
         )
     raise ValueError(f"unknown message part kind: {kind!r}")
 
@@ -271,14 +340,16 @@ def message_to_dict(message: Message) -> dict[str, Any]:
 
 def message_from_dict(data: Mapping[str, Any]) -> Message:
     """Inverse of :func:`message_to_dict`; raises ``ValueError`` on a bad role or part."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"a message must be an object, not {type(data).__name__}")
     role = data.get("role")
     if role not in ROLES:
         raise ValueError(f"unknown message role: {role!r}")
-    return Message(
-        role,
-        tuple(part_from_dict(p) for p in data.get("parts", ())),
-        dict(data.get("metadata") or {}),
-    )
+    parts = data.get("parts", ())
+    metadata = data.get("metadata") or {}
+    if not isinstance(parts, list | tuple) or not isinstance(metadata, Mapping):
+        raise ValueError("a message needs a list of parts and an object of metadata")
+    return Message(role, tuple(part_from_dict(p) for p in parts), dict(metadata))
 
 
 def usage_to_dict(usage: Usage) -> dict[str, int]:
@@ -293,7 +364,9 @@ def usage_to_dict(usage: Usage) -> dict[str, int]:
 
 
 def usage_from_dict(data: Mapping[str, Any]) -> Usage:
-    """Inverse of :func:`usage_to_dict`."""
+    """Inverse of :func:`usage_to_dict`; raises ``ValueError`` on a bad shape."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"usage must be an object, not {type(data).__name__}")
     return Usage(**{k: int(data.get(k, 0)) for k in usage_to_dict(Usage())})
 
 

@@ -1,38 +1,91 @@
 """OpenTelemetry spans for tether, after the GenAI semantic conventions.
 
-Three pieces, each one small wrapper; the loop itself knows nothing of OpenTelemetry:
+Small wrappers; the loop itself knows nothing of OpenTelemetry:
 
-- :class:`TracingChatClient` — a ``chat {model}`` span (kind CLIENT) per model request;
-- :class:`TracingTool` / :func:`trace_tools` — an ``execute_tool {name}`` span per call;
+- :class:`TracingChatClient` — a ``chat {model}`` span (kind CLIENT) per model request,
+  with the server's address and port and the provider's response id;
+- :class:`TracingTool` / :func:`trace_tools` — an ``execute_tool {name}`` span per call
+  that reaches a tool, and :class:`RejectedCallSpans` (a run listener) one per call that
+  does not (an unknown tool, malformed arguments): every call gets a span;
 - :func:`traced_run` / :func:`traced_resume` — the ``invoke_agent {name}`` span of a run,
-  current while the run lasts, so the other two become its children.
+  current while the run lasts, so the others become its children.
 
-:func:`instrument` wraps an agent's client and tools in place. Message contents, tool
-arguments and results are recorded only with ``capture_content=True`` (opt-in, as the
-conventions require: they may hold personal data).
+:func:`instrument` wraps an agent's client and tools in place and adds the listener.
+Message contents, tool arguments and results are recorded only with
+``capture_content=True`` (opt-in, as the conventions require: they may hold personal data).
 
 Conventions followed: the GenAI semantic conventions in their current (development)
 form, which name the provider ``gen_ai.provider.name`` (it replaced ``gen_ai.system``)
 and the cache-write count ``gen_ai.usage.cache_write.input_tokens``. Content attributes
 are JSON strings in the documented message schema. ``error.type`` is the provider error's
-kind (``rate_limit``, ``timeout``...), the exception's class name, or for a run the
-outcome kind (``turn_cap``, ``budget_exceeded``...).
+kind (``rate_limit``, ``timeout``...), ``unknown_tool``, ``malformed_arguments``, ``timeout``
+(a tool's time limit), ``cancelled``, the exception's class name, or for a run the outcome
+kind (``turn_cap``, ``budget_exceeded``...).
+
+``gen_ai.provider.name`` is what the adapter says (``anthropic``, ``openai``,
+``llama.cpp``); for an OpenAI-protocol adapter it names the compatible server when that is
+known: a hosted API by its host (``api.groq.com`` is ``groq``), a self-hosted server by the
+fingerprint it signs its responses with (``ollama``, ``llama.cpp``). A name passed as
+``provider_name=`` is kept as given.
 
 Only ``opentelemetry-api`` is needed; without an SDK configured the spans are no-ops.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
+from tether._genai import (
+    AGENT_DESCRIPTION,
+    AGENT_NAME,
+    CONVERSATION_ID,
+    ERROR_TYPE,
+    GENERIC_PROVIDER,
+    INPUT_MESSAGES,
+    OPERATION,
+    OUTCOME,
+    OUTPUT_MESSAGES,
+    OUTPUT_TYPE,
+    PROVIDER,
+    REQUEST_MAX_TOKENS,
+    REQUEST_MODEL,
+    REQUEST_STREAM,
+    REQUEST_TEMPERATURE,
+    RESPONSE_FINISH_REASONS,
+    RESPONSE_ID,
+    RESPONSE_MODEL,
+    RESPONSE_TIME_TO_FIRST_CHUNK,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    SYSTEM_INSTRUCTIONS,
+    TOOL_DEFINITIONS,
+    UNKNOWN_PROVIDER,
+    error_type,
+    find_attribute,
+    message_json,
+    provider_for_host,
+    provider_from_response,
+    record_error,
+    response_id,
+    server_of,
+    set_usage,
+    to_json,
+    tool_json,
+    tracer,
+)
+from tether._tool_spans import (
+    MALFORMED_ARGUMENTS,
+    UNKNOWN_TOOL,
+    RejectedCallSpans,
+    TracingTool,
+    trace_tools,
+)
 from tether.clients import (
     ChatClient,
     ChatOptions,
@@ -41,69 +94,34 @@ from tether.clients import (
     ResponseDone,
     StreamChunk,
 )
-from tether.errors import ProviderError
-from tether.messages import Message, Text, ToolCall, ToolResult, Usage
-from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
+from tether.messages import Message
+from tether.tools import ToolSpec
 
 if TYPE_CHECKING:
     from tether.loop import Agent
     from tether.outcomes import Decision, RunResult, RunState
 
-TRACER_NAME = "tether"
+__all__ = [
+    "MALFORMED_ARGUMENTS",
+    "UNKNOWN_TOOL",
+    "RejectedCallSpans",
+    "TracingChatClient",
+    "TracingTool",
+    "error_type",
+    "instrument",
+    "message_json",
+    "record_error",
+    "set_usage",
+    "trace_tools",
+    "traced_resume",
+    "traced_run",
+]
 
-# Attribute names (GenAI semantic conventions).
-OPERATION = "gen_ai.operation.name"
-PROVIDER = "gen_ai.provider.name"
-REQUEST_MODEL = "gen_ai.request.model"
-REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
-REQUEST_TEMPERATURE = "gen_ai.request.temperature"
-REQUEST_STREAM = "gen_ai.request.stream"
-RESPONSE_MODEL = "gen_ai.response.model"
-RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
-RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
-USAGE_INPUT = "gen_ai.usage.input_tokens"
-USAGE_OUTPUT = "gen_ai.usage.output_tokens"
-USAGE_CACHE_READ = "gen_ai.usage.cache_read.input_tokens"
-USAGE_CACHE_WRITE = "gen_ai.usage.cache_write.input_tokens"
-INPUT_MESSAGES = "gen_ai.input.messages"
-OUTPUT_MESSAGES = "gen_ai.output.messages"
-SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
-TOOL_DEFINITIONS = "gen_ai.tool.definitions"
-TOOL_NAME = "gen_ai.tool.name"
-TOOL_TYPE = "gen_ai.tool.type"
-TOOL_DESCRIPTION = "gen_ai.tool.description"
-TOOL_CALL_ID = "gen_ai.tool.call.id"
-TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
-TOOL_CALL_RESULT = "gen_ai.tool.call.result"
-AGENT_NAME = "gen_ai.agent.name"
-AGENT_DESCRIPTION = "gen_ai.agent.description"
-CONVERSATION_ID = "gen_ai.conversation.id"
-ERROR_TYPE = "error.type"
-OUTCOME = "tether.outcome"
-"""Not a convention: the run's outcome kind (``completed``, ``turn_cap``...)."""
-
-UNKNOWN_PROVIDER = "unknown"
 _NOT_ERRORS = frozenset({"completed", "awaiting_approval"})
 
 
-def _tracer(provider: TracerProvider | None) -> trace.Tracer:
-    return trace.get_tracer(TRACER_NAME, tracer_provider=provider)
-
-
-def _find(client: Any, attribute: str) -> str | None:
-    """A non-empty string attribute of the client or of a client it wraps."""
-    for _ in range(32):
-        value = getattr(client, attribute, None)
-        if isinstance(value, str) and value:
-            return value
-        client = getattr(client, "inner", None)
-        if client is None:
-            break
-    return None
-
-
 def _provider_name(client: Any) -> str:
-    return _find(client, "provider_name") or UNKNOWN_PROVIDER
+    return find_attribute(client, "provider_name") or UNKNOWN_PROVIDER
 
 
 class TracingChatClient(DelegatingChatClient):
@@ -111,8 +129,10 @@ class TracingChatClient(DelegatingChatClient):
     model, finish reason and token usage; contents only with ``capture_content``.
 
     ``provider_name`` defaults to the ``provider_name`` attribute of the wrapped client
-    (or of one it wraps), else ``"unknown"``; ``model`` to ``options.model``, then the
-    wrapped client's ``model`` attribute.
+    (or of one it wraps), else ``"unknown"``; a generic ``"openai"`` is narrowed to the
+    compatible server when its host or its responses say which one it is. ``model``
+    defaults to ``options.model``, then the wrapped client's ``model`` attribute.
+    ``server`` (``server.address``, ``server.port``) comes from the client's base URL.
     """
 
     def __init__(
@@ -125,10 +145,14 @@ class TracingChatClient(DelegatingChatClient):
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         super().__init__(inner)
+        self.server = server_of(inner)
         self.provider_name = provider_name or _provider_name(inner)
-        self.model = model or _find(inner, "model")
+        self._narrow = provider_name is None and self.provider_name == GENERIC_PROVIDER
+        if self._narrow and self.server is not None:
+            self._narrow_to(provider_for_host(self.server[0]))
+        self.model = model or find_attribute(inner, "model")
         self.capture_content = capture_content
-        self._tracer = _tracer(tracer_provider)
+        self._tracer = tracer(tracer_provider)
 
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
@@ -183,17 +207,26 @@ class TracingChatClient(DelegatingChatClient):
             attributes[REQUEST_MAX_TOKENS] = options.max_output_tokens
         if options.temperature is not None:
             attributes[REQUEST_TEMPERATURE] = options.temperature
+        if options.output_schema is not None:
+            attributes[OUTPUT_TYPE] = "json"
+        if self.server is not None:
+            attributes[SERVER_ADDRESS], attributes[SERVER_PORT] = self.server
         if self.capture_content:
-            attributes[INPUT_MESSAGES] = _json([message_json(m) for m in messages])
+            attributes[INPUT_MESSAGES] = to_json([message_json(m) for m in messages])
             if options.instructions:
-                attributes[SYSTEM_INSTRUCTIONS] = _json(
+                attributes[SYSTEM_INSTRUCTIONS] = to_json(
                     [{"type": "text", "content": options.instructions}]
                 )
             if tools:
-                attributes[TOOL_DEFINITIONS] = _json([_tool_json(t) for t in tools])
+                attributes[TOOL_DEFINITIONS] = to_json([tool_json(t) for t in tools])
         return (f"chat {model}" if model else "chat"), attributes
 
     def _finish(self, span: Span, response: ChatResponse) -> None:
+        if self._narrow and self._narrow_to(provider_from_response(response.raw)):
+            span.set_attribute(PROVIDER, self.provider_name)
+        rid = response_id(response.raw)
+        if rid:
+            span.set_attribute(RESPONSE_ID, rid)
         if response.model:
             span.set_attribute(RESPONSE_MODEL, response.model)
         reason = response.stop_reason.raw or response.stop_reason.value
@@ -203,66 +236,15 @@ class TracingChatClient(DelegatingChatClient):
         if self.capture_content:
             out = message_json(response.message)
             out["finish_reason"] = reason
-            span.set_attribute(OUTPUT_MESSAGES, _json([out]))
+            span.set_attribute(OUTPUT_MESSAGES, to_json([out]))
 
-
-class TracingTool(DelegatingTool):
-    """An ``execute_tool {name}`` span (kind INTERNAL) around each call of the wrapped
-    tool; arguments and result only with ``capture_content``."""
-
-    def __init__(
-        self,
-        inner: Tool,
-        *,
-        capture_content: bool = False,
-        tracer_provider: TracerProvider | None = None,
-    ) -> None:
-        super().__init__(inner)
-        self.capture_content = capture_content
-        self._tracer = _tracer(tracer_provider)
-
-    async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
-        spec = self.spec
-        attributes: dict[str, Any] = {
-            OPERATION: "execute_tool",
-            TOOL_NAME: spec.name,
-            TOOL_TYPE: "function",
-            TOOL_DESCRIPTION: spec.description,
-        }
-        if ctx.call is not None:
-            attributes[TOOL_CALL_ID] = ctx.call.id
-        if self.capture_content:
-            attributes[TOOL_CALL_ARGUMENTS] = _json(dict(arguments))
-        with self._tracer.start_as_current_span(
-            f"execute_tool {spec.name}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                text = await self.inner.invoke(arguments, ctx)
-            except BaseException as exc:
-                record_error(span, exc)
-                raise
-            if self.capture_content:
-                span.set_attribute(TOOL_CALL_RESULT, text)
-            return text
-
-
-def trace_tools(
-    tools: Iterable[Tool],
-    *,
-    capture_content: bool = False,
-    tracer_provider: TracerProvider | None = None,
-) -> list[Tool]:
-    """Each tool wrapped in a :class:`TracingTool` (already traced tools are kept as is)."""
-    return [
-        t
-        if isinstance(t, TracingTool)
-        else TracingTool(t, capture_content=capture_content, tracer_provider=tracer_provider)
-        for t in tools
-    ]
+    def _narrow_to(self, name: str | None) -> bool:
+        """Name the compatible server once it is known; True if it changed the name."""
+        if not name or name == self.provider_name:
+            return False
+        self.provider_name = name
+        self._narrow = False
+        return True
 
 
 def instrument(
@@ -274,7 +256,9 @@ def instrument(
 ) -> Agent[Any]:
     """Wrap ``agent``'s client and tools for tracing, in place, and return it.
 
-    Calling it twice does not double the spans. Use :func:`traced_run` for the run span.
+    Tools get ``agent.limits.tool_timeout_seconds`` to tell a timeout from a cancellation,
+    and a :class:`RejectedCallSpans` listener traces the calls that reach no tool. Calling
+    it twice does not double the spans. Use :func:`traced_run` for the run span.
     """
     if not isinstance(agent.client, TracingChatClient):
         agent.client = TracingChatClient(
@@ -284,9 +268,18 @@ def instrument(
             tracer_provider=tracer_provider,
         )
     traced = trace_tools(
-        agent.tools.values(), capture_content=capture_content, tracer_provider=tracer_provider
+        agent.tools.values(),
+        capture_content=capture_content,
+        timeout_seconds=agent.limits.tool_timeout_seconds,
+        tracer_provider=tracer_provider,
     )
     agent.tools = {t.name: t for t in traced}
+    if not any(isinstance(listener, RejectedCallSpans) for listener in agent.listeners):
+        agent.listeners.append(
+            RejectedCallSpans(
+                agent, capture_content=capture_content, tracer_provider=tracer_provider
+            )
+        )
     return agent
 
 
@@ -306,12 +299,10 @@ async def traced_run(
     manages and resumes under that id), the run's total usage, and, when the run did not
     complete, ``error.type`` = the outcome kind. A run awaiting approval is not an error.
     """
-    import uuid
-
     run_id = run_kwargs.pop("run_id", None) or uuid.uuid4().hex
     async with _agent_span(agent, name, description, run_id, tracer_provider) as span:
         result = await agent.run(prompt, run_id=run_id, **run_kwargs)
-        _finish_run(span, result, capture_content)
+        _finish_run(span, agent, result, capture_content)
         return result
 
 
@@ -333,7 +324,7 @@ async def traced_resume(
         state = RunState.from_json(state)
     async with _agent_span(agent, name, description, state.run_id, tracer_provider) as span:
         result = await agent.resume(state, decisions, **resume_kwargs)
-        _finish_run(span, result, capture_content)
+        _finish_run(span, agent, result, capture_content)
         return result
 
 
@@ -351,12 +342,12 @@ async def _agent_span(
         AGENT_NAME: name,
         CONVERSATION_ID: run_id,
     }
-    model = agent.options.model or _find(agent.client, "model")
+    model = agent.options.model or find_attribute(agent.client, "model")
     if model:
         attributes[REQUEST_MODEL] = model
     if description:
         attributes[AGENT_DESCRIPTION] = description
-    with _tracer(tracer_provider).start_as_current_span(
+    with tracer(tracer_provider).start_as_current_span(
         f"invoke_agent {name}",
         kind=SpanKind.INTERNAL,
         attributes=attributes,
@@ -370,8 +361,9 @@ async def _agent_span(
             raise
 
 
-def _finish_run(span: Span, result: RunResult, capture_content: bool) -> None:
+def _finish_run(span: Span, agent: Agent[Any], result: RunResult, capture_content: bool) -> None:
     outcome = result.outcome
+    span.set_attribute(PROVIDER, _provider_name(agent.client))  # narrowed by the responses
     span.set_attribute(OUTCOME, outcome.kind)
     set_usage(span, result.usage)
     if outcome.kind not in _NOT_ERRORS:
@@ -380,70 +372,4 @@ def _finish_run(span: Span, result: RunResult, capture_content: bool) -> None:
     if capture_content and outcome.kind == "completed" and result.transcript:
         final = message_json(result.transcript[-1])
         final["finish_reason"] = "stop"
-        span.set_attribute(OUTPUT_MESSAGES, _json([final]))
-
-
-# --- shared helpers -------------------------------------------------------------------
-
-
-def record_error(span: Span, exc: BaseException) -> None:
-    """Mark ``span`` as failed: ``error.type``, status ERROR, and the exception event."""
-    span.set_attribute(ERROR_TYPE, error_type(exc))
-    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-    if isinstance(exc, Exception):
-        span.record_exception(exc)
-
-
-def error_type(exc: BaseException) -> str:
-    """A low-cardinality name for an error: a provider error's kind, else the class."""
-    if isinstance(exc, ProviderError):
-        return exc.kind
-    if isinstance(exc, asyncio.CancelledError):
-        return "cancelled"  # also what a timeout looks like from inside the call
-    cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def set_usage(span: Span, usage: Usage) -> None:
-    """Token counts; ``input_tokens`` includes cached tokens, as the conventions say."""
-    span.set_attribute(
-        USAGE_INPUT, usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-    )
-    span.set_attribute(USAGE_OUTPUT, usage.output_tokens)
-    if usage.cache_read_tokens:
-        span.set_attribute(USAGE_CACHE_READ, usage.cache_read_tokens)
-    if usage.cache_write_tokens:
-        span.set_attribute(USAGE_CACHE_WRITE, usage.cache_write_tokens)
-
-
-def message_json(message: Message) -> dict[str, Any]:
-    """One message in the conventions' JSON shape (``role`` and typed ``parts``)."""
-    parts: list[dict[str, Any]] = []
-    for part in message.parts:
-        if isinstance(part, Text):
-            parts.append({"type": "text", "content": part.text})
-        elif isinstance(part, ToolCall):
-            arguments = part.raw_arguments if part.malformed else dict(part.arguments)
-            parts.append(
-                {"type": "tool_call", "id": part.id, "name": part.name, "arguments": arguments}
-            )
-        elif isinstance(part, ToolResult):
-            parts.append(
-                {"type": "tool_call_response", "id": part.call_id, "response": part.content}
-            )
-    return {"role": message.role, "parts": parts}
-
-
-def _tool_json(spec: ToolSpec) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "name": spec.name,
-        "description": spec.description,
-        "parameters": dict(spec.parameters),
-    }
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+        span.set_attribute(OUTPUT_MESSAGES, to_json([final]))

@@ -14,22 +14,34 @@ pydantic is imported on first use, so ``import tether`` stays fast.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar, overload
 
+from tether._workers import run_in_worker
 from tether.errors import InvalidArguments, ToolDefinitionError
 from tether.messages import ToolCall, Usage
+from tether.rulings import ALLOW, Ruling
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
 DepsT = TypeVar("DepsT")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+Effect: TypeAlias = Literal["read", "write", "communicate", "money", "destructive", "credential"]
+"""What a tool does to the world: reads, writes, communicates outward, moves money,
+destroys, or reads credentials. Policies decide on it."""
+ArgRole: TypeAlias = Literal["counterparty", "object", "content", "credential"]
+"""What an argument is: who the action reaches (recipient, URL, account, phone), the thing
+acted on, free text sent out, or a secret."""
+Serial: TypeAlias = bool | str | None
+"""``True``: the tool's calls never overlap; an argument name: calls with the same value of
+that argument never overlap; ``None``/``False``: calls may run concurrently."""
+_NO_ROLES: Mapping[str, ArgRole] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,11 @@ class RunContext(Generic[DepsT]):
     turn: int = 0
     usage: Usage = field(default_factory=Usage)
     usage_sink: Callable[[Usage], None] | None = None
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Per-run data shared by every call and the run's policy; JSON-ready, saved in the run
+    state and restored on resume."""
+    in_thread: bool = False
+    """True while the call's sync function runs in its worker thread (set by the tool)."""
 
     def report_usage(self, usage: Usage) -> None:
         """Add tokens spent inside the tool (a sub-agent, a summariser) to the run's usage,
@@ -74,6 +91,15 @@ class Tool:
 
     spec: ToolSpec
     requires_approval: bool = False
+    effect: Effect | None = None
+    """Declared effect class (``None``: undeclared)."""
+    roles: Mapping[str, ArgRole] = _NO_ROLES
+    """Declared role of each argument that has one."""
+    third_party: tuple[str, ...] = ()
+    """Dotted paths of result fields written by a third party (``"body"``,
+    ``"messages.*.text"``); ``("*",)``: the whole result."""
+    serial: Serial = None
+    """Whether calls of this tool may overlap (see :data:`Serial`)."""
 
     @property
     def name(self) -> str:
@@ -96,6 +122,13 @@ class Tool:
         """What a human approver needs beyond the call itself (JSON-ready); none by default."""
         return None
 
+    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+        """This tool's own ruling on a call, before it runs: ``ask`` when it needs approval,
+        else ``allow``. Wrappers add their rules (an argument policy denies)."""
+        if self.needs_approval(arguments, ctx):
+            return Ruling("ask", "this tool needs a human's approval", "requires_approval")
+        return ALLOW
+
 
 class DelegatingTool(Tool):
     """A tool that wraps another and forwards everything; override one method."""
@@ -104,6 +137,10 @@ class DelegatingTool(Tool):
         self.inner = inner
         self.spec = inner.spec
         self.requires_approval = inner.requires_approval
+        self.effect = inner.effect
+        self.roles = inner.roles
+        self.third_party = inner.third_party
+        self.serial = inner.serial
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         return await self.inner.invoke(arguments, ctx)
@@ -113,6 +150,12 @@ class DelegatingTool(Tool):
 
     def approval_context(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
         return self.inner.approval_context(arguments, ctx)
+
+    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+        inner = await self.inner.ruling(arguments, ctx)
+        if inner.action == "allow" and self.needs_approval(arguments, ctx):
+            return await Tool.ruling(self, arguments, ctx)
+        return inner
 
 
 def to_text(value: Any) -> str:
@@ -137,6 +180,10 @@ class FunctionTool(Tool):
         strict: bool = False,
         requires_approval: bool = False,
         thread: bool = True,
+        effect: Effect | None = None,
+        roles: Mapping[str, ArgRole] | None = None,
+        third_party: Sequence[str] = (),
+        serial: Serial = None,
     ) -> None:
         self.func = func
         self.requires_approval = requires_approval
@@ -163,8 +210,14 @@ class FunctionTool(Tool):
         if strict:
             schema = strict_schema(schema)
         self.spec = ToolSpec(tool_name, text, schema, strict)
+        declare(self, effect=effect, roles=roles, third_party=third_party, serial=serial)
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        return to_text(await self.run(arguments, ctx))
+
+    async def run(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
+        """Validate ``arguments`` and call the function; return its value unserialised
+        (what a workflow step gets)."""
         try:
             parsed = self._validate(arguments)
         except self._validation_error as exc:
@@ -173,17 +226,52 @@ class FunctionTool(Tool):
         if self._ctx_param:
             kwargs[self._ctx_param] = ctx
         if self._is_async:
-            value = await self.func(**kwargs)
-        elif self._thread:
-            value = await asyncio.to_thread(self.func, **kwargs)
-        else:
-            value = self.func(**kwargs)
-        return to_text(value)
+            return await self.func(**kwargs)
+        if self._thread:
+            return await run_in_worker(_in_thread, func=self.func, ctx=ctx, kwargs=kwargs)
+        return self.func(**kwargs)
 
     async def __call__(self, **kwargs: Any) -> Any:
         """Call the underlying function directly (tests, scripts)."""
         value = self.func(**kwargs)
         return await value if inspect.isawaitable(value) else value
+
+
+def _in_thread(func: Callable[..., Any], ctx: RunContext[Any], kwargs: dict[str, Any]) -> Any:
+    """Run ``func`` with ``ctx.in_thread`` set, so an interrupted run can tell a call still
+    running in its thread (abandoned) from one that stopped."""
+    ctx.in_thread = True
+    try:
+        return func(**kwargs)
+    finally:
+        ctx.in_thread = False
+
+
+def declare(
+    tool: Tool,
+    *,
+    effect: Effect | None = None,
+    roles: Mapping[str, ArgRole] | None = None,
+    third_party: Sequence[str] = (),
+    serial: Serial = None,
+) -> Tool:
+    """Set ``tool``'s declarations (effect, argument roles, third-party result fields,
+    serial execution), checking that each named argument exists; returns the tool."""
+    params = set(tool.spec.parameters.get("properties", {}))
+    if effect is not None and effect not in typing.get_args(Effect):
+        raise ToolDefinitionError(f"tool {tool.name}: unknown effect {effect!r}")
+    for arg, role in (roles or {}).items():
+        if arg not in params:
+            raise ToolDefinitionError(f"tool {tool.name}: role given for unknown argument {arg!r}")
+        if role not in typing.get_args(ArgRole):
+            raise ToolDefinitionError(f"tool {tool.name}: unknown role {role!r} for {arg!r}")
+    if isinstance(serial, str) and serial not in params:
+        raise ToolDefinitionError(f"tool {tool.name}: serial names unknown argument {serial!r}")
+    tool.effect = effect
+    tool.roles = dict(roles or {})
+    tool.third_party = tuple(third_party)
+    tool.serial = serial or None
+    return tool
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -201,6 +289,10 @@ def tool(
     strict: bool = False,
     requires_approval: bool = False,
     thread: bool = True,
+    effect: Effect | None = None,
+    roles: Mapping[str, ArgRole] | None = None,
+    third_party: Sequence[str] = (),
+    serial: Serial = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -213,11 +305,18 @@ def tool(
     strict: bool = False,
     requires_approval: bool = False,
     thread: bool = True,
+    effect: Effect | None = None,
+    roles: Mapping[str, ArgRole] | None = None,
+    third_party: Sequence[str] = (),
+    serial: Serial = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Use bare (``@tool``) or with options.
 
     ``thread=True`` (default) runs a sync function in a worker thread so it cannot block
-    the event loop; ``strict=True`` asks providers to constrain generation to the schema.
+    the event loop (``thread=False`` runs it inline: cheaper, for quick functions that never
+    block); ``strict=True`` asks providers to constrain generation to the schema.
+    ``effect``, ``roles`` and ``third_party`` declare what the tool does and what its
+    arguments and result fields are, for policies; ``serial`` keeps calls from overlapping.
     """
 
     def make(f: Callable[..., Any]) -> FunctionTool:
@@ -228,6 +327,10 @@ def tool(
             strict=strict,
             requires_approval=requires_approval,
             thread=thread,
+            effect=effect,
+            roles=roles,
+            third_party=third_party,
+            serial=serial,
         )
 
     return make(func) if func is not None else make
@@ -254,7 +357,9 @@ def _arguments_model(
         raise ToolDefinitionError(f"cannot read the type hints of {tool_name}: {exc}") from exc
     doc = parse_docstring(inspect.getdoc(func) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}
-    description = "\n\n".join(s for s in (doc.short_description, doc.long_description) if s).strip()
+    description = _description(
+        doc.short_description, doc.long_description, doc.blank_after_short_description
+    )
     fields: dict[str, Any] = {}
     ctx_param: str | None = None
     for pname, param in inspect.signature(func).parameters.items():
@@ -280,6 +385,19 @@ def _arguments_model(
         **fields,
     )
     return model, ctx_param, description
+
+
+def _description(short: str | None, long: str | None, blank_after_short: bool) -> str:
+    """The docstring's text as one description: a summary that wraps over several lines
+    (docstring_parser keeps only its first line as the short description) is one
+    paragraph; the paragraphs after it keep their breaks."""
+    if not long:
+        return (short or "").strip()
+    if not short or blank_after_short:
+        return "\n\n".join(s for s in (short, long) if s).strip()
+    rest, _, after = long.partition("\n\n")
+    summary = " ".join(line.strip() for line in (short, *rest.splitlines()) if line.strip())
+    return "\n\n".join(s for s in (summary, after.strip()) if s)
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -117,9 +117,10 @@ async def test_cancelling_the_parent_cancels_the_subagent() -> None:
     child = Agent(child_model, [wait_forever])
     sub = SubAgentTool(child, "investigate", "Investigates. Waits. Changes nothing.")
     parent = Agent(ScriptedClient([call_reply(("investigate", {"task": "q"}))]), [sub])
-    run = asyncio.create_task(parent.run("Help"))
+    run = parent.start("Help")
     await asyncio.wait_for(started.wait(), 5)
     run.cancel()
     result = await asyncio.wait_for(run, 5)
     assert result.outcome.kind == "cancelled"
     assert result.usage.requests == 2  # the parent's request and the child's
+    assert result.transcript[-1].tool_results[0].status == "interrupted"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from pathlib import Path
 
@@ -58,8 +59,8 @@ def test_the_runtime_finds_the_desk_commands_through_entry_points() -> None:
     cli.add_plugin_commands()
     cli.add_plugin_commands()  # twice: nothing is added twice
     listed = CliRunner().invoke(cli.app, ["--help"]).output
-    for name in ("serve", "desk", "demo", "redteam"):
-        assert f" {name} " in listed
-    assert listed.count(" serve ") == 1
+    commands = re.findall(r"^│ ([a-z-]+) ", listed, re.MULTILINE)
+    assert {"serve", "desk", "demo", "redteam"} <= set(commands)
+    assert commands.count("serve") == 1
     result = CliRunner().invoke(cli.app, ["desk", "--help"])
     assert result.exit_code == 0 and "demo" in result.output

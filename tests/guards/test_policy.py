@@ -104,7 +104,7 @@ async def test_argument_policy_refuses_before_the_tool_runs(
     deps = {"orders": {"C-1042"}, "refunded": 30.0}
     result = await Agent(client, [guarded_refund()], deps=deps).run("q")
     res = result.transcript[2].tool_results[0]
-    assert res.is_error and res.content == f"Not allowed: {message}"
+    assert res.status == "blocked" and res.content.startswith(f"Not allowed: {message}.")
     assert done == []
 
 
@@ -126,9 +126,9 @@ async def test_a_failing_or_async_check_is_handled_and_fails_closed() -> None:
     client = ScriptedClient([call_reply(("read_order", {"order": "C-1"})), "ok"])
     tool_ = ArgumentPolicy(read_order, later, broken)
     result = await Agent(client, [tool_]).run("q")
-    assert result.transcript[2].tool_results[0].content == (
-        "Not allowed: the policy check failed (KeyError)"
-    )
+    res = result.transcript[2].tool_results[0]
+    assert res.status == "blocked"
+    assert res.content.startswith("Not allowed: the policy check failed (KeyError).")
     assert done == []
 
 

@@ -55,7 +55,7 @@ def test_tokens_are_the_distinctive_values() -> None:
     assert {
         "c-2210",
         ATTACKER,
-        "https://evil.example/x.sh",
+        "evil.example/x.sh",  # one spelling per URL: no scheme, no www.
         "../../etc/passwd",
     } <= tokens
     assert "12345678" in tokens
@@ -139,7 +139,7 @@ async def test_deferred_approval_shows_the_taint_and_rebuild_restores_it() -> No
     )
     tools = [
         Untrusted(read_ticket, "ticket:T-17", tracker),
-        requires_approval(TaintPolicy(send_mail, tracker)),
+        requires_approval(TaintPolicy(send_mail, tracker, action="defer")),
     ]
     result = await Agent(client, tools).run("q")
     assert result.outcome.kind == "awaiting_approval"

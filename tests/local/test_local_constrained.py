@@ -190,6 +190,19 @@ async def test_a_structured_answer_schema_replaces_the_string_answer() -> None:
     assert sent["anyOf"][1]["properties"]["answer"] == answer
 
 
+async def test_an_output_schema_becomes_the_answer_schema() -> None:
+    from tether.clients import OutputSchema
+
+    answer = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    client, inner = wrap('{"answer": {"ok": false}}')
+    options = ChatOptions(output_schema=OutputSchema("Ok", answer))
+    response = await client.complete([Message.user("ok?")], [read_order.spec], options)
+    assert json.loads(response.message.text) == {"ok": False}
+    sent = inner.requests[0].options
+    assert sent.extra[JSON_SCHEMA]["anyOf"][1]["properties"]["answer"] == answer
+    assert sent.output_schema is None  # the whole reply is constrained by the extra schema
+
+
 async def test_without_tools_the_request_passes_through() -> None:
     client, inner = wrap("plain words")
     response = await client.complete([Message.user("hi")], [], ChatOptions())

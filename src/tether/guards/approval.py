@@ -21,28 +21,33 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tether.errors import ToolFailure
 from tether.invoke import REFUSED
+from tether.messages import ToolResult
 from tether.outcomes import Decision, PendingApproval
+from tether.rulings import ALLOW, Ruling
 from tether.tools import DelegatingTool, RunContext, Tool
 
 if TYPE_CHECKING:
     from tether.loop import Agent
-    from tether.outcomes import RunResult
+    from tether.outcomes import RunResult, RunState
 
 __all__ = [
     "ApprovalRequest",
     "ApprovalRequired",
     "Approver",
     "InlineApproval",
+    "TurnApprovalRequest",
+    "TurnApprover",
     "Verdict",
     "ask",
     "console_approver",
     "decide",
+    "decide_turn",
     "refusal",
     "requires_approval",
     "run_with_approvals",
@@ -58,13 +63,43 @@ class ApprovalRequest:
     context: Any = None
     call_id: str = ""
     run_id: str = ""
+    ruling: Mapping[str, Any] | None = None
+    """Why the call waits: the rule that asked, its reason and details."""
 
     @classmethod
     def from_pending(cls, pending: PendingApproval) -> ApprovalRequest:
         """The request for a call waiting in a run state (deferred mode)."""
         return cls(
-            pending.tool, pending.arguments, pending.context, pending.call_id, pending.run_id
+            pending.tool,
+            pending.arguments,
+            pending.context,
+            pending.call_id,
+            pending.run_id,
+            pending.ruling,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnApprovalRequest:
+    """Every call of one turn that waits for a human, shown together, with the results of
+    the calls of that turn that already ran (so the approver sees the whole turn)."""
+
+    run_id: str
+    requests: tuple[ApprovalRequest, ...]
+    ran: tuple[tuple[str, Mapping[str, Any], ToolResult], ...] = ()
+    """``(tool, arguments, result)`` of each call of the turn that already ran."""
+
+    @classmethod
+    def from_state(cls, state: RunState) -> TurnApprovalRequest:
+        """The request for the open turn of a run state."""
+        calls = {c.id: c for c in state.transcript[-1].tool_calls} if state.transcript else {}
+        ran = tuple(
+            (calls[r.call_id].name, calls[r.call_id].arguments, r)
+            for r in state.ready_results
+            if r.call_id in calls
+        )
+        requests = tuple(ApprovalRequest.from_pending(p) for p in state.pending)
+        return cls(state.run_id, requests, ran)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +112,9 @@ class Verdict:
 
 ApproverAnswer: TypeAlias = bool | Verdict
 Approver: TypeAlias = Callable[[ApprovalRequest], ApproverAnswer | Awaitable[ApproverAnswer]]
+TurnAnswer: TypeAlias = Mapping[str, ApproverAnswer] | Sequence[ApproverAnswer]
+TurnApprover: TypeAlias = Callable[[TurnApprovalRequest], TurnAnswer | Awaitable[TurnAnswer]]
+"""Decides a whole turn: one answer per request, by call id or in the requests' order."""
 ContextFunction: TypeAlias = Callable[[Mapping[str, Any], RunContext[Any]], Any]
 
 
@@ -97,13 +135,7 @@ async def ask(approver: Approver, request: ApprovalRequest, seconds: float | Non
         return Verdict(False, f"no answer within {seconds:g} seconds")
     except Exception as exc:
         return Verdict(False, f"the approval could not be obtained ({type(exc).__name__})")
-    if isinstance(answer, Verdict):
-        return answer
-    if answer is True:
-        return Verdict(True)
-    if answer is False:
-        return Verdict(False)
-    return Verdict(False, "the approver gave no recognisable answer")
+    return _verdict(answer, "the approver gave no recognisable answer")
 
 
 class ApprovalRequired(DelegatingTool):
@@ -160,6 +192,12 @@ class InlineApproval(DelegatingTool):
         """Never deferred: the approver is asked inside the call."""
         return False
 
+    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+        """The inner tool's ruling, except that ``ask`` is answered here, inside the call;
+        a deny-rule still refuses the call before the approver is asked."""
+        inner = await self.inner.ruling(arguments, ctx)
+        return inner if inner.action == "deny" else ALLOW
+
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         try:
             context = self.inner.approval_context(arguments, ctx)
@@ -187,22 +225,78 @@ async def decide(
     return decisions
 
 
+async def decide_turn(
+    state: RunState,
+    approver: TurnApprover,
+    *,
+    approval_timeout: float | None = None,
+) -> list[Decision]:
+    """Deferred mode, a whole turn at once: ``approver`` sees every pending call of the
+    turn together with the results of the calls that already ran, and answers each (by
+    call id, or a list in the requests' order). Fails closed: a call left unanswered, an
+    unrecognisable answer, a timeout or an exception refuses."""
+    request = TurnApprovalRequest.from_state(state)
+    try:
+        async with asyncio.timeout(approval_timeout):
+            answer = approver(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        failure = ""
+    except TimeoutError:
+        answer, failure = {}, f"no answer within {approval_timeout:g} seconds"
+    except Exception as exc:
+        answer, failure = {}, f"the approval could not be obtained ({type(exc).__name__})"
+    if isinstance(answer, Mapping):
+        by_call = answer
+    elif isinstance(answer, Sequence) and len(answer) == len(state.pending):
+        by_call = {p.call_id: a for p, a in zip(state.pending, answer, strict=True)}
+    else:
+        by_call, failure = {}, failure or "the approver gave no recognisable answer"
+    decisions = []
+    for p in state.pending:
+        verdict = _verdict(by_call.get(p.call_id), failure or "no answer for this call")
+        decisions.append(p.approve() if verdict.approved else p.deny(verdict.reason))
+    return decisions
+
+
+def _verdict(answer: Any, missing: str) -> Verdict:
+    if isinstance(answer, Verdict):
+        return answer
+    if answer is True:
+        return Verdict(True)
+    if answer is False:
+        return Verdict(False)
+    return Verdict(False, missing)
+
+
 async def run_with_approvals(
     agent: Agent[Any],
     prompt: str,
-    approver: Approver,
+    approver: Approver | None = None,
     *,
+    turn_approver: TurnApprover | None = None,
     max_rounds: int = 20,
     approval_timeout: float | None = None,
     deps: Any = None,
 ) -> RunResult:
-    """Run ``agent`` and answer each ``awaiting_approval`` with ``approver``, resuming until
-    the run ends otherwise or ``max_rounds`` approval rounds have passed (then the last
-    ``awaiting_approval`` result is returned as is)."""
+    """Run ``agent`` and answer each ``awaiting_approval`` with ``approver`` (one call at a
+    time) or ``turn_approver`` (a whole turn at once), resuming until the run ends otherwise
+    or ``max_rounds`` approval rounds have passed (then the last ``awaiting_approval``
+    result is returned as is)."""
+    if (approver is None) == (turn_approver is None):
+        raise ValueError("give exactly one of approver and turn_approver")
     result = await agent.run(prompt, deps=deps)
     rounds = 0
     while result.outcome.kind == "awaiting_approval" and result.state and rounds < max_rounds:
-        decisions = await decide(result.state.pending, approver, approval_timeout=approval_timeout)
+        if turn_approver is not None:
+            decisions = await decide_turn(
+                result.state, turn_approver, approval_timeout=approval_timeout
+            )
+        else:
+            assert approver is not None
+            decisions = await decide(
+                result.state.pending, approver, approval_timeout=approval_timeout
+            )
         result = await agent.resume(result.state, decisions, deps=deps)
         rounds += 1
     return result

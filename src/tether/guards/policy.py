@@ -3,7 +3,8 @@
 * :func:`allowed_tools` builds a run's tool set from an allow-list over a catalogue. A tool
   left out cannot be called: the loop answers ``Unknown tool``, whatever the model read.
 * :class:`ArgumentPolicy` wraps a tool with checks ``check(arguments, ctx) -> None | str``;
-  a message refuses the call (the model reads it as a tool error) and the tool never runs.
+  a message is a ``deny`` ruling: the call is ``blocked`` before anything runs and before
+  any human is asked (a deny-rule is never put to an approver), and the model reads why.
   :func:`at_most`, :func:`one_of` and :func:`matches` build the common checks; a limit or
   an allowed set may be a function of ``(arguments, ctx)``, read at call time.
 
@@ -19,6 +20,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, TypeAlias, TypeVar
 
 from tether.errors import ConfigError, ToolFailure
+from tether.rulings import Ruling
 from tether.tools import DelegatingTool, RunContext, Tool
 
 __all__ = [
@@ -80,7 +82,16 @@ class ArgumentPolicy(DelegatingTool):
                 return message
         return None
 
+    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+        """``deny`` on the first violated check, before the inner tool's own ruling (so a
+        call that needs approval is refused before anyone is asked)."""
+        message = await self.violation(arguments, ctx)
+        if message:
+            return Ruling("deny", message, "argument_policy")
+        return await super().ruling(arguments, ctx)
+
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        """Runs the checks again (a tool called outside a run has had no ruling)."""
         message = await self.violation(arguments, ctx)
         if message:
             raise ToolFailure(f"Not allowed: {message}")

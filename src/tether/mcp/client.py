@@ -19,22 +19,19 @@ from pathlib import Path
 from typing import Any, TextIO, TypeAlias
 
 import mcp_types
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tether.errors import InvalidArguments, TetherError, ToolDefinitionError, ToolFailure
+from tether.schema_tools import compile_schema, schema_problems
 from tether.tools import NAME_RE, RunContext, Tool, ToolSpec, to_text
 
 ApprovalRule: TypeAlias = bool | Collection[str] | Callable[[mcp_types.Tool], bool]
 """Which remote tools wait for a human: all (``True``), none (``False``), those named,
 or those a function picks (it sees the server's listing, hints included)."""
 
-MAX_REPORTED_PROBLEMS = 10
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -76,12 +73,8 @@ class MCPTool(Tool):
     def check_arguments(self, arguments: Mapping[str, Any]) -> None:
         """Raise :class:`~tether.errors.InvalidArguments` naming each field that breaks
         the input schema (at most ten)."""
-        errors = sorted(self._validator.iter_errors(dict(arguments)), key=_error_key)
-        if errors:
-            problems = [
-                f"{'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
-                for e in errors[:MAX_REPORTED_PROBLEMS]
-            ]
+        problems = schema_problems(self._validator, arguments)
+        if problems:
             raise InvalidArguments(self.spec.name, problems)
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
@@ -318,15 +311,7 @@ def _needs_approval(rule: ApprovalRule, remote: mcp_types.Tool) -> bool:
 
 
 def _compile(name: str, schema: dict[str, Any]) -> Validator:
-    cls = validator_for(schema, default=Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except SchemaError as exc:
-        raise ToolDefinitionError(
-            f"the input schema of MCP tool {name!r} is not valid JSON Schema: {exc.message}"
-        ) from None
-    validator: Validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-    return validator
+    return compile_schema(name, schema, "MCP tool")
 
 
 def _single(group: BaseExceptionGroup[Any]) -> BaseException | None:
@@ -341,7 +326,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         exc = _single(exc) or exc
     return f"{type(exc).__name__}: {exc}"
-
-
-def _error_key(error: Any) -> list[str]:
-    return [str(p) for p in error.absolute_path]

@@ -25,7 +25,7 @@ from tether.errors import ToolDefinitionError
 from tether.invoke import Invoker
 from tether.limits import Limits
 from tether.messages import ToolCall, ToolResult
-from tether.outcomes import Decision, PendingApproval, arguments_hash
+from tether.outcomes import PendingApproval
 from tether.tools import RunContext, Tool
 
 if TYPE_CHECKING:
@@ -87,11 +87,13 @@ def serve_tools(
         def make_ctx(c: ToolCall) -> RunContext[Any]:
             return RunContext(deps, run_id, c, 0)
 
-        decisions = None
-        tool = by_name.get(call.name)
-        if tool is not None and tool.requires_approval and approve is not None:
-            decisions = {call.id: await _decide(tool, call, make_ctx(call), run_id, approve)}
-        outcome = await invoker.run_turn([call], make_ctx, 0, decisions)
+        outcome = await invoker.run_turn([call], make_ctx, 0)
+        if outcome.pending:  # the call's ruling asks a human (deny-rules already ran)
+            (pending,) = outcome.pending
+            decision = pending.approve() if approve and await approve(pending) else pending.deny()
+            outcome = await invoker.run_turn(
+                [call], make_ctx, 0, {call.id: decision}, {call.id: pending}
+            )
         result = outcome.results[0] or ToolResult(call.id, "Not executed.", True)
         return mcp_types.CallToolResult(
             content=[mcp_types.TextContent(text=result.content)], is_error=result.is_error
@@ -104,19 +106,6 @@ def serve_tools(
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-
-
-async def _decide(
-    tool: Tool, call: ToolCall, ctx: RunContext[Any], run_id: str, approve: Approver
-) -> Decision:
-    try:
-        context = tool.approval_context(call.arguments, ctx)
-    except Exception as exc:  # the approver must still see the call
-        context = {"error": f"approval context unavailable: {type(exc).__name__}"}
-    pending = PendingApproval(
-        call.id, call.name, dict(call.arguments), arguments_hash(call.arguments), context, run_id
-    )
-    return pending.approve() if await approve(pending) else pending.deny()
 
 
 async def run_stdio(server: Server[Any]) -> None:

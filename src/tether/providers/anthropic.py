@@ -20,6 +20,7 @@ from tether.clients import (
     BaseChatClient,
     ChatOptions,
     ChatResponse,
+    OutputSchema,
     ResponseDone,
     StreamChunk,
     TextDelta,
@@ -135,6 +136,9 @@ class AnthropicClient(BaseChatClient):
         if options.temperature is not None:
             body["temperature"] = options.temperature
         body.update(options.extra)
+        if options.output_schema is not None:
+            config = dict(body.get("output_config") or {})
+            body["output_config"] = {**config, "format": output_format(options.output_schema)}
         return body
 
     def _messages(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -168,6 +172,13 @@ def tool_to_wire(spec: ToolSpec) -> dict[str, Any]:
     else:
         wire["input_schema"] = dict(spec.parameters)
     return wire
+
+
+def output_format(output: OutputSchema) -> dict[str, Any]:
+    """The ``output_config.format`` of a structured reply: the schema in the form the API
+    accepts (the SDK's own ``transform_schema``: objects closed, constraints it cannot
+    enforce moved into descriptions; the reply is still validated in full)."""
+    return {"type": "json_schema", "schema": anthropic.transform_schema(dict(output.schema))}
 
 
 def _closed(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -268,7 +268,8 @@ class LocalClient:
     """A :class:`~tether.clients.ChatClient` running a GGUF model in this process.
 
     It refuses requests with tools (wrap it in ``ConstrainedToolCalling``); a JSON schema in
-    ``options.extra["json_schema"]`` constrains its reply by grammar.
+    ``options.extra["json_schema"]``, or else ``options.output_schema`` (structured output),
+    constrains its reply by grammar.
     """
 
     provider_name = "llama.cpp"
@@ -375,6 +376,8 @@ class LocalClient:
             "seed": s.seed,
         }
         schema = options.extra.get(JSON_SCHEMA)
+        if schema is None and options.output_schema is not None:
+            schema = options.output_schema.schema
         if schema is not None:
             request["json_schema"] = json.dumps(schema)
         return request
