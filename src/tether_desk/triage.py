@@ -1,27 +1,25 @@
 """Triage: one structured-output call classifies a ticket; code takes the path.
 
 The model gets the ticket as JSON data and no tools; its reply must be
-``{"category": "tracking" | "refund" | "other"}``. A model that honours a JSON schema
-(the embedded model) is constrained to it; any other is asked for the JSON and checked.
-An invalid reply gets one re-ask naming the error; a second failure classifies the
-ticket ``other`` (a person handles it), never a guess.
-
-:func:`classify` is the desk's seam for structured output; it keeps this signature when
-it moves onto the runtime's structured-output call.
+``{"category": "tracking" | "refund" | "other"}``, asked and validated by the runtime's
+structured output (:func:`tether.structured.extract`: each provider's own mechanism, the
+embedded model by grammar). An invalid reply gets one re-ask naming the problems; a
+second failure, a refusal or a provider error classifies the ticket ``other`` (a person
+handles it), never a guess.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from tether.clients import ChatClient, ChatOptions
-from tether.errors import ProviderError
-from tether.messages import Message, Usage
+from tether.errors import ProviderError, StructuredOutputError
+from tether.messages import Usage
+from tether.structured import extract
 
 Category = Literal["tracking", "refund", "other"]
 
@@ -40,6 +38,7 @@ TRIAGE_INSTRUCTIONS = (
     'report a damaged, missing or wrong item; {"category": "other"} for anything else.'
 )
 TRIAGE_TEXT_CAP = 4_000
+TRIAGE_OPTIONS = ChatOptions(max_output_tokens=64, temperature=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,52 +51,19 @@ class TriageResult:
     error: str = ""
 
 
-def supports_json_schema(client: ChatClient) -> bool:
-    """True when ``client`` (or a client it wraps) constrains replies to a JSON schema."""
-    seen = 0
-    current: object = client
-    while current is not None and seen < 8:
-        if getattr(current, "supports_json_schema", False):
-            return True
-        current = getattr(current, "inner", None)
-        seen += 1
-    return False
-
-
-def _parse(text: str) -> Triage:
-    match = re.search(r"\{.*\}", text, re.DOTALL)
-    return Triage.model_validate_json(match.group() if match else text)
-
-
 async def classify(client: ChatClient, subject: str, text: str) -> TriageResult:
     """Classify one ticket in one call (two if the first reply is invalid)."""
     data = json.dumps(
         {"subject": subject[:200], "text": text[:TRIAGE_TEXT_CAP]}, ensure_ascii=False
     )
-    extra = {"json_schema": Triage.model_json_schema()} if supports_json_schema(client) else {}
-    options = ChatOptions(TRIAGE_INSTRUCTIONS, max_output_tokens=64, temperature=0.0, extra=extra)
-    history = [Message.user(data)]
-    usage = Usage()
-    replies: list[str] = []
-    error = ""
-    for _ in range(2):
-        try:
-            response = await client.complete(history, (), options)
-        except ProviderError as exc:
-            return TriageResult("other", usage, tuple(replies), f"model error: {exc}")
-        usage = usage + response.usage
-        reply = response.message.text
-        replies.append(reply)
-        try:
-            return TriageResult(_parse(reply).category, usage, tuple(replies))
-        except (ValidationError, ValueError) as exc:
-            error = f"invalid triage reply: {str(exc).splitlines()[0]}"
-            history = [
-                *history,
-                Message.assistant(reply or "(empty)"),
-                Message.user(
-                    f"That was not valid ({error}). "
-                    'Reply with JSON only, like {"category": "other"}.'
-                ),
-            ]
-    return TriageResult("other", usage, tuple(replies), error)
+    try:
+        got = await extract(
+            client, data, Triage, instructions=TRIAGE_INSTRUCTIONS, options=TRIAGE_OPTIONS
+        )
+    except StructuredOutputError as exc:
+        replies = tuple(m.text for m in exc.transcript if m.role == "assistant")
+        return TriageResult("other", exc.usage or Usage(), replies, f"{exc.kind}: {exc}")
+    except ProviderError as exc:
+        return TriageResult("other", Usage(), (), f"model error: {exc}")
+    replies = tuple(m.text for m in got.transcript if m.role == "assistant")
+    return TriageResult(got.output.category, got.usage, replies)

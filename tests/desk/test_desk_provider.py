@@ -76,6 +76,7 @@ async def test_the_pipeline_runs_on_an_openai_compatible_provider(
     assert draft is not None and "Refunded: 12.00 EUR on C-2210" in draft.body
     sent = provider.bodies()
     assert "tools" not in sent[0] or not sent[0]["tools"]  # triage: one call, no tools
+    assert sent[0]["response_format"]["type"] == "json_schema"  # structured output, natively
     tools = {t["function"]["name"] for t in sent[1]["tools"]}
     assert tools == {"read_ticket", "read_order", "propose_refund"}
     ticket_result = next(m for m in sent[2]["messages"] if m["role"] == "tool")
