@@ -76,13 +76,25 @@ class Screen:
         return format_cents(cents)
 
 
+PLAIN_REQUEST = "gives an order"
+"""The detector's reason for a request in the imperative ("can you refund me?"): a customer
+asking is flagged for the reader, but only passages that try to steer the approver or the
+agent (a claimed approval, a fake note, other orders, addresses, links...) add friction."""
+
+
+def steering(flags: list[Flag]) -> list[Flag]:
+    """The flags that try to steer the approver or the agent."""
+    return [f for f in flags if f.reason != PLAIN_REQUEST]
+
+
 def friction_for(amount_cents: int, remaining_cents: int, flags: list[Flag]) -> list[str]:
     """Why the amount must be typed to confirm (empty: a click is enough)."""
     why = []
     if amount_cents >= remaining_cents:
         why.append("it refunds everything that remains on the order")
-    if flags:
-        why.append(f"the ticket's text carries {len(flags)} instruction-like passage(s)")
+    pushing = steering(flags)
+    if pushing:
+        why.append(f"the ticket's text carries {len(pushing)} passage(s) that try to steer you")
     return why
 
 

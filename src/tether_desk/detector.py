@@ -1,16 +1,16 @@
 """Instruction-like text in third-party content, found and explained for the approver.
 
-The approver of a refund reads the raw ticket; this module points at the sentences that
-are written to steer *them* or the model rather than to describe a problem: a claimed prior
-approval ("validation deja obtenue"), a fake internal note, an attempt to override
-instructions, an imperative aimed at staff, another order number, an e-mail address, a
-URL, invisible characters. Matching runs on a folded copy of the text (NFKC, look-alike
-letters and dashes, non-ASCII digits, zero-width characters removed) and maps each match
-back to the original characters, so ``C-2210`` written with a Cyrillic ``C`` is still flagged.
+The approver of a refund reads the raw ticket; :func:`flag_instructions` points at the
+passages written to steer *them* or the model rather than to describe a problem. The
+runtime's detector (:func:`tether.guards.instructions.flag_instructions`) finds claimed
+prior approvals, fake internal notes, attempts to override instructions, orders given to
+staff, other order numbers, e-mail addresses and links; the desk adds one rule of its own:
+an order number written with look-alike letters, Unicode dashes, non-ASCII digits or
+hidden characters is named as such (matching runs on a folded copy of the text and maps
+back to the original characters), since no tool or form accepts it.
 
 This is a reading aid, not a barrier: the barrier is that no tool can reach another
-order or send anything. :data:`Detector` is the seam through which a runtime detector can
-replace :func:`flag_instructions`.
+order or send anything. :data:`Detector` is the seam the desk's screens call.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
+
+from tether.guards.instructions import flag_instructions as runtime_flags
 
 ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e")
 _CONFUSABLES = str.maketrans(
@@ -49,40 +51,6 @@ class Segment:
 Detector = Callable[[str, str | None], list[Flag]]
 """``detector(text, own_order) -> flags``: the seam for a runtime-provided detector."""
 
-_VERBS = (
-    r"rembourse[rz]?|refund|envoye[rz]|envoie[rz]?|send|confirme[rz]?|confirm|transf[eé]re[rz]?"
-    r"|transfer|forward|vire[rz]|wire|pay|paye[rz]|annule[rz]|cancel|supprime[rz]|delete"
-    r"|valide[rz]|approve|ex[eé]cute[rz]|execute|cr[eé]dite[rz]|credit"
-)
-_RULES: tuple[tuple[str, str], ...] = (
-    (
-        r"(?:validation|approbation|autorisation|accord)\s+(?:d[eé]j[aà]\s+)?(?:obtenue?|donn[eé]e?|accord[eé]e?|valid[eé]e?)"
-        r"|d[eé]j[aà]\s+(?:valid[eé]e?s?|approuv[eé]e?s?|autoris[eé]e?s?|accord[eé]e?s?)"
-        r"|already\s+(?:been\s+)?(?:validated|approved|authori[sz]ed|cleared|confirmed)"
-        r"|pre-?approved|approval\s+(?:has\s+been\s+|was\s+)?(?:granted|obtained|given)",
-        "claims an approval was already given: the approver is the one who decides",
-    ),
-    (
-        r"note\s+interne|internal\s+note|message\s+interne|internal\s+message"
-        r"|service\s+client\s*:|(?:from|de\s+la\s+part\s+d[eu])\s+(?:the\s+|la\s+)?"
-        r"(?:support|management|direction|admin\w*)(?:\s+team)?|\badmin(?:istrat\w+)?\s*:",
-        "poses as an internal or staff message inside a customer's ticket",
-    ),
-    (
-        r"ignore[rz]?\s+(?:all\s+|the\s+|any\s+|toutes?\s+|les\s+|tes\s+|vos\s+)?"
-        r"(?:previous\s+|above\s+|pr[eé]c[eé]dentes?\s+)?(?:instructions?|consignes?|rules?|r[eè]gles?)"
-        r"|disregard|oublie[rz]?\s+(?:tes|les|vos)\s+(?:instructions|consignes)"
-        r"|system\s+prompt|you\s+are\s+now|tu\s+es\s+maintenant|new\s+instructions?",
-        "tries to override the agent's instructions",
-    ),
-    (
-        rf"(?:^|(?<=[.:;!?\n])\s*|(?<=,)\s*|\b(?:puis|then|and\s+then|ensuite)\s+)(?:{_VERBS})\b",
-        "an imperative addressed to staff or the agent, not a description of a problem",
-    ),
-    (r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", "an e-mail address: replies go only to the account's own"),
-    (r"\b(?:https?://|www\.)[^\s\"'<>]*[^\s\"'<>.,;:!?)]", "a link: nothing in a ticket needs one"),
-)
-_COMPILED = [(re.compile(p, re.IGNORECASE | re.MULTILINE), why) for p, why in _RULES]
 _ORDER = re.compile(r"\b[A-Z]{1,3}\s?-\s?[0-9]{3,6}\b", re.IGNORECASE)
 
 
@@ -102,45 +70,34 @@ def fold(text: str) -> tuple[str, list[int]]:
     return "".join(out), where
 
 
-def flag_instructions(text: str, own_order: str | None = None) -> list[Flag]:
-    """Every instruction-like span of ``text``, in order (see the module doc)."""
+def flag_disguised_orders(text: str, own_order: str | None = None) -> list[Flag]:
+    """Order numbers written with look-alike or hidden characters (even the ticket's own)."""
     folded, where = fold(text)
     flags: list[Flag] = []
-
-    def add(start: int, end: int, reason: str) -> None:
-        if end <= start:
-            return
-        a, b = where[start], where[end - 1] + 1
-        flags.append(Flag(a, b, text[a:b], reason))
-
-    for pattern, why in _COMPILED:
-        for m in pattern.finditer(folded):
-            lead = len(m.group()) - len(m.group().lstrip())
-            add(m.start() + lead, m.end(), why)
     for m in _ORDER.finditer(folded):
         number = re.sub(r"\s", "", m.group()).upper()
-        raw = text[where[m.start()] : where[m.end() - 1] + 1]
+        a, b = where[m.start()], where[m.end() - 1] + 1
+        raw = text[a:b]
         if raw != m.group() or not raw.isascii():
-            add(
-                m.start(),
-                m.end(),
-                f"an order number written with look-alike or hidden characters ({number})",
-            )
-        elif own_order is None or number != own_order:
-            add(
-                m.start(),
-                m.end(),
-                f"names another order ({number}): tools only reach this ticket's order",
-            )
-    hidden = [i for i, ch in enumerate(text) if ch in ZERO_WIDTH]
-    if hidden:
-        i = hidden[0]
-        flags.append(Flag(i, i + 1, text[i], f"{len(hidden)} invisible character(s) in the text"))
+            reason = f"an order number written with look-alike or hidden characters ({number})"
+            flags.append(Flag(a, b, raw, reason))
+    return flags
+
+
+def flag_instructions(text: str, own_order: str | None = None) -> list[Flag]:
+    """Every instruction-like span of ``text``, in order (see the module doc)."""
+    expected = [own_order] if own_order else []
+    flags = [
+        Flag(f.start, f.end, text[f.start : f.end], f.reason)
+        for f in runtime_flags(text, expected=expected)
+    ]
+    flags += flag_disguised_orders(text, own_order)
     return sorted(flags, key=lambda f: (f.start, f.end))
 
 
 def segments(text: str, flags: list[Flag]) -> list[Segment]:
     """``text`` cut at the flags' boundaries, each piece with the reasons that cover it."""
+    flags = [f for f in flags if f.end > f.start]
     if not flags:
         return [Segment(text)]
     cuts = sorted({0, len(text), *(f.start for f in flags), *(f.end for f in flags)})
