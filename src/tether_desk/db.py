@@ -13,11 +13,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from tether.state_store import SqlStateStore
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -71,6 +74,7 @@ class Database:
                 self.url, echo=echo, pool_size=pool_size, max_overflow=pool_size * 4
             )
         self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
+        self._store: SqlStateStore | None = None
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
 
@@ -145,6 +149,15 @@ class Database:
             timer.statements += 1
 
         return timer
+
+    def state_store(self) -> SqlStateStore:
+        """The runtime's state store on this database (its tables created if missing);
+        writes take the write lock first, like the desk's own."""
+        if self._store is None:
+            from tether.state_store import SqlStateStore
+
+            self._store = SqlStateStore(self._writer)
+        return self._store
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
+from tether.errors import StateError
 from tether.messages import Usage
-from tether.outcomes import Decision, RunState
+from tether.outcomes import Decision
 from tether_desk.agent import refund_agent
 from tether_desk.clock import utcnow
 from tether_desk.errors import Conflict, InvalidInput, NotFound
@@ -37,7 +38,7 @@ class Claimed:
     approval_id: int
     ticket_id: int
     run_id: str
-    state_json: str
+    state_version: int
     decision: Decision
     staff_id: int
 
@@ -87,14 +88,30 @@ def claim_decision(
         ).rowcount  # type: ignore[attr-defined]
     if not won:
         raise Conflict("Someone decided this approval first; nothing was changed.")
-    state = RunState.from_json(a.state_json)
-    pending = next(p for p in state.pending if p.call_id == a.call_id)
-    decision = pending.approve() if approve else pending.deny(reason or "refused by staff")
-    return Claimed(a.id, a.ticket_id, a.run_id, a.state_json, decision, staff_id)
+    a.status, a.reason = status, reason
+    return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision_of(a), staff_id)
 
 
-async def resume(desk: Desk, claimed: Claimed) -> str:
-    """Continue the run after a claimed decision; returns the ticket's status."""
+def decision_of(a: Approval) -> Decision:
+    """The runtime's decision for a decided approval: bound to its run, call and arguments."""
+    approved = a.status == "approved"
+    reason = "" if approved else (a.reason or "refused by staff")
+    return Decision(a.call_id, a.arguments_hash, approved, reason, a.run_id)
+
+
+async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
+    """Continue the run after a claimed decision; returns the ticket's status.
+
+    The state comes from the runtime's state store and is claimed there, so it is resumed
+    once: a second resume of the same state changes nothing. ``replay`` (recovery after a
+    stop) resumes without claiming; the ledger's key keeps the refund to one."""
+    store = desk.db.state_store()
+    state = await store.load(claimed.run_id)
+    if state is None or state.version != claimed.state_version:
+        log.warning("approval %s: its run state is gone or newer", claimed.approval_id)
+        from tether_desk.pipeline import ticket_status
+
+        return ticket_status(desk.db, claimed.ticket_id)
     scope = load_scope(desk.db, claimed.ticket_id)
     recorder = RunRecorder(desk.db, claimed.run_id, claimed.ticket_id, "refund").start(resumed=True)
     recorder.note(
@@ -111,8 +128,11 @@ async def resume(desk: Desk, claimed: Claimed) -> str:
         desk.client, desk.db, scope, [recorder, *desk.listeners], approved_by=approver
     )
     try:
-        result = await agent.resume(claimed.state_json, [claimed.decision])
+        result = await agent.resume(state, [claimed.decision], store=None if replay else store)
         await settle(desk, scope, recorder, result)
+    except StateError as exc:  # already resumed by someone else: nothing to do
+        log.info("approval %s: %s", claimed.approval_id, exc)
+        recorder.flush()
     except Exception:
         log.exception("resuming the run of approval %s failed", claimed.approval_id)
         recorder.finish("failed", "the run could not be resumed", Usage())
@@ -165,13 +185,10 @@ async def recover_decided(desk: Desk) -> int:
         for a in stuck:
             s.expunge(a)
     for a in stuck:
-        state = RunState.from_json(a.state_json)
-        pending = next(p for p in state.pending if p.call_id == a.call_id)
-        decision = (
-            pending.approve() if a.status == "approved" else pending.deny(a.reason or "refused")
+        claimed = Claimed(
+            a.id, a.ticket_id, a.run_id, a.state_version, decision_of(a), a.decided_by or 0
         )
-        claimed = Claimed(a.id, a.ticket_id, a.run_id, a.state_json, decision, a.decided_by or 0)
-        await resume(desk, claimed)
+        await resume(desk, claimed, replay=True)
     return len(stuck)
 
 
@@ -191,24 +208,16 @@ async def expire_due(desk: Desk) -> int:
     """Expire every pending approval past its time and let each run finish with a
     refusal (the model drafts a reply; no refund is made). Returns how many."""
     with desk.db.read() as s:
-        due = s.execute(
-            select(
-                Approval.id,
-                Approval.ticket_id,
-                Approval.run_id,
-                Approval.state_json,
-                Approval.call_id,
-            ).where(Approval.status == "pending", Approval.expires_at <= utcnow())
+        due = s.scalars(
+            select(Approval).where(Approval.status == "pending", Approval.expires_at <= utcnow())
         ).all()
+        for a in due:
+            s.expunge(a)
     count = 0
-    for approval_id, ticket_id, run_id, state_json, call_id in due:
-        if not expire(desk, approval_id):
+    for a in due:
+        if not expire(desk, a.id):
             continue
         count += 1
-        state = RunState.from_json(state_json)
-        pending = next(p for p in state.pending if p.call_id == call_id)
-        claimed = Claimed(
-            approval_id, ticket_id, run_id, state_json, pending.deny("the approval expired"), 0
-        )
-        await resume(desk, claimed)
+        denial = Decision(a.call_id, a.arguments_hash, False, "the approval expired", a.run_id)
+        await resume(desk, Claimed(a.id, a.ticket_id, a.run_id, a.state_version, denial, 0))
     return count

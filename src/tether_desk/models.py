@@ -108,7 +108,8 @@ class Refund(Base):
 
 
 class Approval(Base):
-    """A deferred tool call waiting for staff, with the run state that resumes it.
+    """A deferred tool call waiting for staff; its run state is in the runtime's state store
+    (``tether.state_store.SqlStateStore``, same database) under ``run_id``/``state_version``.
 
     At most one pending approval per ticket (a partial unique index). ``status`` moves
     once from ``pending`` to ``approved``/``denied``/``expired`` with a conditional
@@ -125,7 +126,8 @@ class Approval(Base):
     arguments_hash: Mapped[str] = mapped_column(String(64))
     amount_cents: Mapped[int] = mapped_column(Integer)
     context: Mapped[dict[str, object]] = mapped_column(JSON)
-    state_json: Mapped[str] = mapped_column(Text)
+    state_version: Mapped[int] = mapped_column(Integer)
+    """The version of the run state waiting in the runtime's state store."""
     status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
     typed_amount_required: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

@@ -229,15 +229,15 @@ async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: 
             for d in refused:
                 recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
             agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
-            result = await agent.resume(result.state, refused)
+            result = await agent.resume(result.state, refused, store=desk.db.state_store())
             continue
         if chosen is not None:
-            _store_approval(desk, scope, recorder, result, chosen, view)
+            await _store_approval(desk, scope, recorder, result, chosen, view)
             return
     _finish_run(desk.db, scope, recorder, result)
 
 
-def _store_approval(
+async def _store_approval(
     desk: Desk,
     scope: TicketScope,
     recorder: RunRecorder,
@@ -251,6 +251,7 @@ def _store_approval(
     flags = desk.detector(scope.body, scope.order_number)
     typed = bool(friction_for(cents, view.remaining_cents, flags))
     context = p.context if isinstance(p.context, dict) else {}
+    await desk.db.state_store().save(result.state)
     try:
         with desk.db.write() as s:
             approval = Approval(
@@ -262,7 +263,7 @@ def _store_approval(
                 arguments_hash=p.arguments_hash,
                 amount_cents=cents,
                 context={**context, "flags": len(flags)},
-                state_json=result.state.to_json(),
+                state_version=result.state.version,
                 typed_amount_required=typed,
                 expires_at=utcnow() + desk.approval_ttl,
             )

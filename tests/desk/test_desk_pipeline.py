@@ -10,6 +10,7 @@ import pytest
 from helpers import pending_approval, refunds_by_order, staff_id, ticket, ticket_id_by_order
 from sqlalchemy import select
 
+from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, decide, expire_due, resume
 from tether_desk.errors import Conflict, InvalidInput
 from tether_desk.models import Draft, Run, RunEvent
@@ -203,3 +204,19 @@ async def test_a_decision_whose_run_never_resumed_is_recovered_once(desk: Desk) 
     assert ticket(desk.db, tid).status == "draft_ready"
     assert refunds_by_order(desk.db) == {"C-2210": 1200}
     assert await recover_decided(desk) == 0
+
+
+async def test_the_whole_refund_path_on_postgresql(pg_db: Database) -> None:
+    from tether_desk.scripted import DeskScriptedModel
+
+    desk = Desk(pg_db, DeskScriptedModel())
+    tid = ticket_id_by_order(pg_db, "C-2210")
+    assert await process_ticket(desk, tid) == "awaiting_approval"
+    approval = pending_approval(pg_db, tid)
+    assert approval is not None
+    state = await pg_db.state_store().load(approval.run_id)
+    assert state is not None and state.version == approval.state_version and state.pending
+    claimed = claim_decision(desk, approval.id, staff_id(pg_db), approve=True)
+    assert await resume(desk, claimed) == "draft_ready"
+    assert await resume(desk, claimed) == "draft_ready"  # claimed in the store: runs once
+    assert refunds_by_order(pg_db) == {"C-2210": 1200}

@@ -101,7 +101,7 @@ def upgrade() -> None:
         sa.Column("arguments_hash", sa.String(length=64), nullable=False),
         sa.Column("amount_cents", sa.Integer(), nullable=False),
         sa.Column("context", sa.JSON(), nullable=False),
-        sa.Column("state_json", sa.Text(), nullable=False),
+        sa.Column("state_version", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("typed_amount_required", sa.Boolean(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
