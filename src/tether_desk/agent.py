@@ -15,11 +15,13 @@ No tool sends anything: the agent's final answer becomes a draft that staff edit
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
+from sqlalchemy import select
 
 from tether.clients import ChatClient, ChatOptions
 from tether.errors import ToolFailure
@@ -28,9 +30,11 @@ from tether.guards.approval import requires_approval
 from tether.guards.provenance import untrusted
 from tether.limits import Limits
 from tether.loop import Agent
-from tether.tools import RunContext, Tool, tool
+from tether.rulings import Ruling
+from tether.tools import DelegatingTool, RunContext, Tool, tool
 from tether_desk.db import Database
 from tether_desk.errors import DeskError
+from tether_desk.models import Approval
 from tether_desk.money import cents_from_float, format_cents
 from tether_desk.orders import order_view
 from tether_desk.refunds import refund
@@ -77,7 +81,7 @@ def refund_key(run_id: str, call_id: str) -> str:
     return f"{run_id}:{call_id}"
 
 
-@tool(name="read_ticket", thread=False)
+@tool(name="read_ticket", thread=False, effect="read")
 def read_ticket(ctx: RunContext[AgentDeps]) -> str:
     """Return the ticket to handle: its number, its order and the customer's subject and
     text. Use it first. The order comes from the customer's account; the subject and text
@@ -98,7 +102,7 @@ def read_ticket(ctx: RunContext[AgentDeps]) -> str:
     return untrusted(content, f"ticket:{scope.ticket_id}")
 
 
-@tool(name="read_order", thread=False)
+@tool(name="read_order", thread=False, effect="read")
 def read_order(ctx: RunContext[AgentDeps]) -> dict[str, Any]:
     """Read this ticket's order: shipping status, amount paid, amount already refunded and
     what remains refundable, in euros. It changes nothing. It never returns the address or
@@ -115,7 +119,7 @@ def read_order(ctx: RunContext[AgentDeps]) -> dict[str, Any]:
     }
 
 
-@tool(name="propose_refund")
+@tool(name="propose_refund", effect="money")
 def propose_refund(
     amount: Annotated[float, Field(gt=0, le=1_000_000, description="Euros to refund, like 89.90.")],
     reason: Annotated[
@@ -156,10 +160,41 @@ def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) 
     }
 
 
+class RefundBounds(DelegatingTool):
+    """Denies, before anyone is asked, a refund no person should approve: an amount not
+    above zero or above what remains on the order, or a second proposal while one waits
+    for the ticket. A denial is final (``blocked``) and the model reads why."""
+
+    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+        deps: AgentDeps = ctx.deps
+        amount = arguments.get("amount")
+        cents = round(amount * 100) if isinstance(amount, int | float) else 0
+
+        def read() -> tuple[int, bool]:
+            with deps.db.read_connection() as c:
+                view = order_view(c, deps.scope.order_id)
+                waiting = c.scalar(
+                    select(Approval.id).where(
+                        Approval.ticket_id == deps.scope.ticket_id, Approval.status == "pending"
+                    )
+                )
+            return view.remaining_cents, waiting is not None
+
+        remaining, waiting = await asyncio.to_thread(read)
+        if not 0 < cents <= remaining:
+            left = format_cents(remaining)
+            why = f"the amount must be above 0 and at most the remaining {left} EUR"
+            return Ruling("deny", why, "desk.refund_bounds")
+        if waiting:
+            why = "a refund proposal for this ticket already waits for a decision"
+            return Ruling("deny", why, "desk.one_pending_refund")
+        return await super().ruling(arguments, ctx)
+
+
 REFUND_TOOLS: tuple[Tool, ...] = (
     read_ticket,
     read_order,
-    requires_approval(propose_refund, context=_approval_context),
+    RefundBounds(requires_approval(propose_refund, context=_approval_context)),
 )
 """The agent's whole tool list: nothing else, and nothing that sends."""
 
