@@ -90,7 +90,7 @@ def desk_serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
 ) -> None:
-    """Serve the web console (the same as ``tether serve``)."""
+    """Serve the web console (the same as tether serve)."""
     serve_command(db, model, host, port)
 
 
