@@ -241,9 +241,10 @@ waits behind the other 49: latency there is 50 x the cost of a page divided by t
 cores, and the target is met only when a page costs about 2 ms of CPU, client included.
 
 Where a ticket's time goes (cProfile of this benchmark): about a fifth in the SQLite
-driver, most of the rest in SQLAlchemy building and executing about 66 statements in
-about 25 short transactions (each step of the pipeline commits its own effect, so that
-it can become a durable step), and about a tenth in tether's loop. The next steps for the
+driver, most of the rest in SQLAlchemy building and executing about
+{p["statements_per_ticket"]:.0f} statements in about 25 short transactions (each step of the
+pipeline commits its own effect, so that it can become a durable step; the run state goes
+to the runtime's state store), and about a tenth in tether's loop. The next steps for the
 10 ms target are fewer statements per ticket (one transaction per pipeline step) and
 cached statements on the hot paths.
 """
