@@ -84,10 +84,13 @@ def _demo_client(spec: str | None) -> ChatClient:
 
     spec = spec or os.environ.get("TETHER_MODEL") or "local"
     if spec.strip() == "local":
-        from tether.providers.local import demo_client, local_model_banner
+        from tether.constrained import ConstrainedToolCalling
+        from tether.providers.local import LocalClient, local_model_banner
 
         console.print(f"[yellow]{escape(local_model_banner())}[/]", highlight=False)
-        return demo_client()
+        local = LocalClient()
+        local.load(say=lambda line: console.print(line, markup=False, highlight=False))
+        return ConstrainedToolCalling(local)
     from tether.providers.registry import client_from_string
 
     return client_from_string(spec)
@@ -110,7 +113,9 @@ def redteam() -> None:
 @app.command("serve-local")
 def serve_local_command(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")
+    ] = 8765,
 ) -> None:
     """Serve the embedded model over an OpenAI-compatible HTTP API (/v1/chat/completions)."""
     from tether.providers.local_server import serve_local

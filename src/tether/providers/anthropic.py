@@ -24,6 +24,8 @@ from tether.clients import (
     ResponseDone,
     StreamChunk,
     TextDelta,
+    ToolChoice,
+    tool_choice_of,
 )
 from tether.errors import ProviderError
 from tether.messages import Message, Part, StopReason, Text, ToolCall, Usage
@@ -132,6 +134,9 @@ class AnthropicClient(BaseChatClient):
             if self.cache:
                 wire_tools[-1] = {**wire_tools[-1], "cache_control": _EPHEMERAL}
             body["tools"] = wire_tools
+        choice = tool_choice_of(options, tools)
+        if choice is not None:
+            body["tool_choice"] = tool_choice_to_wire(choice)
         body["messages"] = self._messages(messages)
         if options.temperature is not None:
             body["temperature"] = options.temperature
@@ -172,6 +177,14 @@ def tool_to_wire(spec: ToolSpec) -> dict[str, Any]:
     else:
         wire["input_schema"] = dict(spec.parameters)
     return wire
+
+
+def tool_choice_to_wire(choice: ToolChoice) -> dict[str, Any]:
+    """``auto``, ``required`` (``any``), ``none``, or a named ``tool``."""
+    modes = {"auto": "auto", "required": "any", "none": "none"}
+    if choice in modes:
+        return {"type": modes[choice]}
+    return {"type": "tool", "name": choice}
 
 
 def output_format(output: OutputSchema) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import openai
 
 from tether.clients import (
+    TOOL_CHOICE_MODES,
     BaseChatClient,
     ChatOptions,
     ChatResponse,
@@ -26,6 +27,8 @@ from tether.clients import (
     ResponseDone,
     StreamChunk,
     TextDelta,
+    ToolChoice,
+    tool_choice_of,
 )
 from tether.errors import ProviderError
 from tether.messages import Message, StopReason, Text, ToolCall, Usage
@@ -103,7 +106,7 @@ class OpenAIChatClient(BaseChatClient):
                 reply = await create(**_sdk_arguments(body))
             except openai.OpenAIError as again:
                 raise self._translate(again) from again
-        return parse_completion(reply.to_dict(warnings=False))
+        return check_tool_choice(body, parse_completion(reply.to_dict(warnings=False)))
 
     async def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
@@ -131,7 +134,14 @@ class OpenAIChatClient(BaseChatClient):
             raise self._translate(exc) from exc
         if not assembler.seen_choice:
             raise ProviderError("openai-chat stream ended without any choice.")
-        yield ResponseDone(parse_completion(assembler.completion()))
+        if self.stream_usage and assembler.usage is None:
+            raise ProviderError(
+                "the openai-chat server sent no usage in its stream although it was asked "
+                "(stream_options.include_usage), so token limits cannot count this reply; "
+                "use complete(), or OpenAIChatClient(stream_usage=False) to accept unknown usage",
+                kind="other",
+            )
+        yield ResponseDone(check_tool_choice(body, parse_completion(assembler.completion())))
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
@@ -152,6 +162,9 @@ class OpenAIChatClient(BaseChatClient):
         body: dict[str, Any] = {"model": options.model or self.model, "messages": wire}
         if tools:
             body["tools"] = [tool_to_wire(t) for t in tools]
+        choice = tool_choice_of(options, tools)
+        if choice is not None:
+            body["tool_choice"] = tool_choice_to_wire(choice)
         if options.max_output_tokens is not None:
             body[self.max_tokens_field] = options.max_output_tokens
         if options.temperature is not None:
@@ -184,6 +197,38 @@ def tool_to_wire(spec: ToolSpec) -> dict[str, Any]:
     if spec.strict:
         function["strict"] = True
     return {"type": "function", "function": function}
+
+
+def tool_choice_to_wire(choice: ToolChoice) -> str | dict[str, Any]:
+    """``auto``, ``required`` and ``none`` as they are; a tool's name as a named function."""
+    if choice in TOOL_CHOICE_MODES:
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+def check_tool_choice(body: Mapping[str, Any], response: ChatResponse) -> ChatResponse:
+    """``response``, unless it breaks the request's ``tool_choice``: some servers ignore it,
+    or tools altogether (llama.cpp for a chat template without tool support)."""
+    wire = body.get("tool_choice")
+    choice = wire.get("function", {}).get("name") if isinstance(wire, dict) else wire
+    if not isinstance(choice, str) or choice == "auto" or response.stop_reason.truncated:
+        return response
+    names = [c.name for c in response.message.tool_calls]
+    if names:
+        named_other = choice not in ("none", "required") and any(n != choice for n in names)
+        if choice != "none" and not named_other:
+            return response
+        wrong = f"called {', '.join(names)}"
+    elif choice == "none":
+        return response
+    else:
+        wrong = "answered without a tool call"
+    raise ProviderError(
+        f"the openai-chat server {wrong} although tool_choice was {choice!r}: it ignores "
+        "tool_choice, or tools altogether, for this model; use a model whose chat template "
+        "supports tools, or wrap the client in tether.constrained.ConstrainedToolCalling",
+        kind="other",
+    )
 
 
 def response_format(output: OutputSchema, mode: OutputMode = "json_schema") -> dict[str, Any]:
@@ -235,7 +280,8 @@ def message_to_wire(message: Message) -> WireMessages:
         return tuple(out)
     if message.role == "user":
         return ({"role": "user", "content": message.text},)
-    wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    # "" rather than null: llama-cpp-python's server (and others) reject a null content
+    wire: dict[str, Any] = {"role": "assistant", "content": message.text}
     calls = message.tool_calls
     if calls:
         wire["tool_calls"] = [
@@ -295,7 +341,7 @@ class _StreamAssembler:
         self._refusal: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._finish: str | None = None
-        self._usage: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
         self._model: str | None = None
         self._signature: dict[str, Any] = {}  # the response's id and system_fingerprint
 
@@ -304,7 +350,7 @@ class _StreamAssembler:
         self._model = chunk.get("model") or self._model
         self._signature.update((k, chunk[k]) for k in ("id", "system_fingerprint") if chunk.get(k))
         if chunk.get("usage"):
-            self._usage = dict(chunk["usage"])
+            self.usage = dict(chunk["usage"])
         text = ""
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -346,7 +392,7 @@ class _StreamAssembler:
                 for _, slot in sorted(self._calls.items())
             ]
         choice = {"index": 0, "message": message, "finish_reason": self._finish}
-        body = {"model": self._model, "choices": [choice], "usage": self._usage}
+        body = {"model": self._model, "choices": [choice], "usage": self.usage}
         return {**self._signature, **body}
 
 

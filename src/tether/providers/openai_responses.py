@@ -15,6 +15,7 @@ from typing import Any
 import openai
 
 from tether.clients import (
+    TOOL_CHOICE_MODES,
     BaseChatClient,
     ChatOptions,
     ChatResponse,
@@ -22,6 +23,7 @@ from tether.clients import (
     ResponseDone,
     StreamChunk,
     TextDelta,
+    tool_choice_of,
 )
 from tether.errors import ProviderError
 from tether.messages import Message, StopReason, Text, ToolCall, Usage
@@ -137,6 +139,10 @@ class OpenAIResponsesClient(BaseChatClient):
                 body["tools"].append(wire)
                 if added:
                     nullable[spec.name] = added
+        choice = tool_choice_of(options, tools)
+        if choice is not None:
+            named = {"type": "function", "name": choice}
+            body["tool_choice"] = choice if choice in TOOL_CHOICE_MODES else named
         if self.keep_reasoning:
             body["include"] = ["reasoning.encrypted_content"]
         if options.max_output_tokens is not None:
