@@ -179,6 +179,28 @@ def lint_command(
         raise typer.Exit(1)
 
 
+def add_plugin_commands() -> None:
+    """Add the commands other packages register under the ``tether.commands`` entry-point
+    group (the support desk adds ``serve`` and ``desk``): a typer app becomes a command
+    group, a function a command. The runtime never imports them itself."""
+    from importlib.metadata import entry_points
+
+    known = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    for ep in entry_points(group="tether.commands"):
+        if ep.name in known:
+            continue
+        try:
+            target = ep.load()
+        except Exception as exc:  # a broken plugin must not break the runtime's commands
+            console.print(f"[yellow]command {ep.name!r} unavailable: {exc}[/]")
+            continue
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=ep.name)
+        else:
+            app.command(ep.name)(target)
+        known.add(ep.name)
+
+
 def load_tools(target: str) -> list[Tool]:
     """The tools named by ``MODULE:ATTRIBUTE`` (a tool, or a list or dict of tools);
     anything else exits with a one-line error."""
@@ -216,4 +238,5 @@ def _kind(value: object) -> str:
 
 def main() -> None:
     """Entry point of the ``tether`` script."""
+    add_plugin_commands()
     app()
