@@ -79,7 +79,7 @@ def test_public_face_is_pinned_and_import_is_light() -> None:
         assert getattr(tether, name) is not None
     with pytest.raises(AttributeError):
         _ = tether.not_a_name  # type: ignore[attr-defined]
-    heavy = "('pydantic', 'typer', 'anthropic', 'openai', 'llama_cpp')"
+    heavy = "('pydantic', 'typer', 'anthropic', 'openai', 'xllamacpp', 'llguidance')"
     code = f"import sys, tether; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -471,6 +471,22 @@ async def test_rejected_calls_record_no_content_unless_opted_in(
     assert SECRET not in json.dumps(dict(span.attributes or {}))
 
 
+async def test_blocked_and_denied_calls_get_a_span(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    from tether.guards.policy import ArgumentPolicy, matches
+
+    guarded = ArgumentPolicy(lookup, matches("order_id", r"A-\d"))
+    calls = call_reply(("lookup", {"order_id": "Z-9"}))
+    agent = instrument(
+        Agent(ModelClient([calls, text_reply("Done.")]), [guarded]), tracer_provider=provider
+    )
+    result = await agent.run("go")
+    assert result.transcript[2].tool_results[0].status == "blocked"
+    (span,) = by_name(exporter.get_finished_spans(), "execute_tool")
+    assert dict(span.attributes or {})["error.type"] == "blocked"
+
+
 def test_adapters_name_their_provider_for_tracing() -> None:
     from tether.observe import TracingChatClient
     from tether.providers.anthropic import AnthropicClient

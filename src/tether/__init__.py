@@ -36,6 +36,14 @@ _EXPORTS: dict[str, str] = {
     "BaseChatClient": "tether.clients",
     "DelegatingChatClient": "tether.clients",
     "ClientPipeline": "tether.clients",
+    "OutputSchema": "tether.clients",
+    # structured output
+    "extract": "tether.structured",
+    "Extraction": "tether.structured",
+    # workflows
+    "Workflow": "tether.workflows",
+    "WorkflowResult": "tether.workflows",
+    "run_workflow": "tether.workflows",
     # loop
     "Agent": "tether.loop",
     "Limits": "tether.limits",
@@ -59,6 +67,9 @@ _EXPORTS: dict[str, str] = {
     "InvalidHistoryError": "tether.errors",
     "RunNotCompleted": "tether.errors",
     "StateError": "tether.errors",
+    "StructuredOutputError": "tether.errors",
+    "WorkflowNotCompleted": "tether.errors",
+    "ReplayDivergence": "tether.errors",
 }
 _RENAMED = {"check_history": "check"}
 
@@ -74,6 +85,7 @@ __all__ = [
     "Decision",
     "DelegatingChatClient",
     "DelegatingTool",
+    "Extraction",
     "FaultyClient",
     "FunctionTool",
     "InvalidArguments",
@@ -81,9 +93,11 @@ __all__ = [
     "Limits",
     "Message",
     "Outcome",
+    "OutputSchema",
     "PendingApproval",
     "Pricing",
     "ProviderError",
+    "ReplayDivergence",
     "RunContext",
     "RunNotCompleted",
     "RunResult",
@@ -91,6 +105,7 @@ __all__ = [
     "ScriptedClient",
     "StateError",
     "StopReason",
+    "StructuredOutputError",
     "TetherError",
     "Text",
     "Tool",
@@ -101,8 +116,13 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "Violation",
+    "Workflow",
+    "WorkflowNotCompleted",
+    "WorkflowResult",
     "check_history",
+    "extract",
     "lint",
+    "run_workflow",
     "tool",
 ]
 
@@ -128,6 +148,7 @@ if TYPE_CHECKING:
         ChatResponse,
         ClientPipeline,
         DelegatingChatClient,
+        OutputSchema,
     )
     from tether.errors import (
         ConfigError,
@@ -135,10 +156,13 @@ if TYPE_CHECKING:
         InvalidArguments,
         InvalidHistoryError,
         ProviderError,
+        ReplayDivergence,
         RunNotCompleted,
         StateError,
+        StructuredOutputError,
         TetherError,
         ToolFailure,
+        WorkflowNotCompleted,
     )
     from tether.history import Violation
     from tether.history import check as check_history
@@ -148,6 +172,7 @@ if TYPE_CHECKING:
     from tether.outcomes import Decision, Outcome, PendingApproval, RunResult, RunState
     from tether.providers.faults import FaultyClient
     from tether.providers.scripted import ScriptedClient
+    from tether.structured import Extraction, extract
     from tether.tool_loop_client import ToolLoopChatClient
     from tether.tools import (
         DelegatingTool,
@@ -158,3 +183,4 @@ if TYPE_CHECKING:
         lint,
         tool,
     )
+    from tether.workflows import Workflow, WorkflowResult, run_workflow

@@ -125,9 +125,10 @@ def trace_tools(
 
 class RejectedCallSpans:
     """A run listener recording an ``execute_tool {name}`` span for each call that the
-    agent answered without running a tool: ``error.type`` is ``unknown_tool`` or
-    ``malformed_arguments``, the span covers the time the call took to answer, and the
-    model's arguments and the error it read are recorded with ``capture_content``.
+    agent answered without running a tool: ``error.type`` is ``unknown_tool``,
+    ``malformed_arguments``, ``blocked`` (a rule refused it) or ``denied`` (a human did);
+    the span covers the time the call took to answer, and the model's arguments and the
+    error it read are recorded with ``capture_content``.
     :func:`~tether.observe.instrument` adds one to the agent's listeners."""
 
     def __init__(
@@ -150,6 +151,8 @@ class RejectedCallSpans:
             kind = UNKNOWN_TOOL
         elif call.malformed:
             kind = MALFORMED_ARGUMENTS
+        elif event.result.status in ("blocked", "denied"):
+            kind = event.result.status  # refused before it ran: a policy or a human
         else:
             return  # it reached its tool, which traced it
         end = time.time_ns()

@@ -84,10 +84,13 @@ def _demo_client(spec: str | None) -> ChatClient:
 
     spec = spec or os.environ.get("TETHER_MODEL") or "local"
     if spec.strip() == "local":
-        from tether.providers.local import demo_client, local_model_banner
+        from tether.constrained import ConstrainedToolCalling
+        from tether.providers.local import LocalClient, local_model_banner
 
         console.print(f"[yellow]{escape(local_model_banner())}[/]", highlight=False)
-        return demo_client()
+        local = LocalClient()
+        local.load(say=lambda line: console.print(line, markup=False, highlight=False))
+        return ConstrainedToolCalling(local)
     from tether.providers.registry import client_from_string
 
     return client_from_string(spec)
@@ -95,18 +98,24 @@ def _demo_client(spec: str | None) -> ChatClient:
 
 @app.command()
 def redteam() -> None:
-    """Run the built-in red-team scenarios with an obedient, hijacked model."""
+    """Run the red team: the built-in scenarios, then the suite of injected tasks with the
+    default policy beside the old taint layer; exits non-zero when a target is missed."""
     from tether.redteam import run_redteam
+    from tether.redteam.suite import run_suite_sync
 
     report = run_redteam()
     console.print(report.render(), markup=False, highlight=False)
-    raise typer.Exit(0 if report.ok else 1)
+    suite = run_suite_sync()
+    console.print("\n" + suite.render(), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if report.ok and suite.ok else 1)
 
 
 @app.command("serve-local")
 def serve_local_command(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")
+    ] = 8765,
 ) -> None:
     """Serve the embedded model over an OpenAI-compatible HTTP API (/v1/chat/completions)."""
     from tether.providers.local_server import serve_local
@@ -115,6 +124,36 @@ def serve_local_command(
         serve_local(host, port)
     except TetherError as exc:
         fail(str(exc))
+
+
+@app.command("replay")
+def replay_command(
+    path: Annotated[str, typer.Argument(help="A cassette recorded by tether (JSON).")],
+) -> None:
+    """Replay a recorded run from its cassette alone and print its trace."""
+    from tether.errors import ReplayDivergence
+    from tether.replay import Cassette, replay_agent_run
+    from tether.replay.trace import check_digests, trace_lines
+
+    try:
+        cassette = Cassette.load(path)
+        check_digests(cassette)
+    except ReplayDivergence as exc:
+        fail(str(exc), 1)
+    except TetherError as exc:
+        fail(str(exc))
+    if cassette.meta.get("kind") != "agent":  # a workflow's code is not in its cassette
+        for line in trace_lines(cassette):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
+    try:
+        replayer.verify(result)
+    except ReplayDivergence as exc:
+        fail(str(exc), 1)
+    if result.outcome.completed:
+        console.print(f"answer: {result.output}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"replayed {replayer.turn} request(s): identical to the recording")
 
 
 @app.command("lint")
@@ -138,6 +177,28 @@ def lint_command(
     )
     if n_errors:
         raise typer.Exit(1)
+
+
+def add_plugin_commands() -> None:
+    """Add the commands other packages register under the ``tether.commands`` entry-point
+    group (the support desk adds ``serve`` and ``desk``): a typer app becomes a command
+    group, a function a command. The runtime never imports them itself."""
+    from importlib.metadata import entry_points
+
+    known = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    for ep in entry_points(group="tether.commands"):
+        if ep.name in known:
+            continue
+        try:
+            target = ep.load()
+        except Exception as exc:  # a broken plugin must not break the runtime's commands
+            console.print(f"[yellow]command {ep.name!r} unavailable: {exc}[/]")
+            continue
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=ep.name)
+        else:
+            app.command(ep.name)(target)
+        known.add(ep.name)
 
 
 def load_tools(target: str) -> list[Tool]:
@@ -177,4 +238,5 @@ def _kind(value: object) -> str:
 
 def main() -> None:
     """Entry point of the ``tether`` script."""
+    add_plugin_commands()
     app()

@@ -14,10 +14,35 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from tether.errors import ConfigError
 from tether.messages import Message, StopReason, Usage
 from tether.tools import ToolSpec
 
 _EMPTY: Mapping[str, Any] = {}
+
+ToolChoice: TypeAlias = str
+"""Which calls the model may make: ``"auto"`` (it decides), ``"required"`` (at least one
+call), ``"none"`` (no call, an answer in text), or the name of one of the request's tools
+(a call to that tool)."""
+TOOL_CHOICE_MODES = ("auto", "required", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """A structured reply: the reply's text must be one JSON object valid against ``schema``.
+
+    Plain data read by each adapter, which asks for it with the provider's own mechanism
+    (see ``docs/workflows.md``). Build one from a Python type with
+    :func:`tether.structured.output_schema`; the root is always an object.
+    """
+
+    name: str
+    """A short name for the format (letters, digits, ``_`` and ``-``), sent where the
+    provider asks for one."""
+    schema: Mapping[str, Any]
+    """The JSON schema, as written by pydantic; each adapter makes it strict in its way."""
+    description: str | None = None
+    """What the object is, sent where the provider takes a description."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +59,40 @@ class ChatOptions:
     """Overrides the client's model for this request."""
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """Provider-specific settings, passed through."""
+    output_schema: OutputSchema | None = None
+    """Ask for a structured reply: one JSON object valid against this schema, as text.
+    Validating it is the caller's job (:func:`tether.structured.extract` does it)."""
+    tool_choice: ToolChoice | None = None
+    """Which calls the model may make (see :data:`ToolChoice`); ``None`` is the provider's
+    default, which is ``"auto"`` whenever tools are sent."""
+
+
+def tool_choice_of(options: ChatOptions, tools: Sequence[ToolSpec]) -> ToolChoice | None:
+    """The request's tool choice, checked against its tools; ``None`` when there is
+    nothing to send (no choice, or no tools and a choice that needs none).
+
+    Raises :class:`~tether.errors.ConfigError` for a choice no request could honour: a call
+    required, or a named tool, with no such tool in the request.
+    """
+    choice = options.tool_choice
+    if choice is None:
+        return None
+    if not isinstance(choice, str) or not choice:
+        raise ConfigError(
+            f"tool_choice must be 'auto', 'required', 'none' or a tool's name, not {choice!r}"
+        )
+    names = [t.name for t in tools]
+    if choice in ("auto", "none"):
+        return choice if tools else None
+    if not tools:
+        raise ConfigError(f"tool_choice {choice!r} needs at least one tool in the request")
+    if choice != "required" and choice not in names:
+        known = ", ".join(names)
+        raise ConfigError(
+            f"tool_choice names {choice!r}, which is not a tool of the request "
+            f"({known}); use one of them, 'auto', 'required' or 'none'"
+        )
+    return choice
 
 
 @dataclass(frozen=True, slots=True)

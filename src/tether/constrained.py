@@ -36,6 +36,8 @@ from tether.clients import (
     ResponseDone,
     StreamChunk,
     TextDelta,
+    ToolChoice,
+    tool_choice_of,
 )
 from tether.messages import Message, Part, Role, StopReason, Text, ToolCall, ToolResult
 from tether.tools import ToolSpec
@@ -54,6 +56,10 @@ FORMAT_HELP = (
     "Call a tool when you need facts you do not have; answer once the tool results "
     "give you what the user asked."
 )
+CALL_HELP = (
+    "Reply with one JSON object and nothing else, calling tools:\n"
+    '{"tool_calls": [{"name": "<tool name>", "arguments": {...}}]}'
+)
 RESULTS_HELP = (
     'Use these results to answer the user in one sentence with {"answer": ...}, '
     "or call another tool."
@@ -70,8 +76,10 @@ def new_call_id() -> str:
 class ConstrainedToolCalling(DelegatingChatClient):
     """Gives tool calling to a client that only supports JSON-schema output.
 
-    ``call_ids`` makes call ids (default: :func:`new_call_id`). Requests without tools
-    pass through unchanged.
+    ``call_ids`` makes call ids (default: :func:`new_call_id`). ``tool_choice`` is honoured
+    by the reply schema: ``required`` leaves out the answer, a tool's name leaves only that
+    tool, ``none`` asks for text. Requests without tools pass through unchanged, their
+    history rendered as text when it holds calls or results.
     """
 
     def __init__(self, inner: ChatClient, *, call_ids: Callable[[], str] = new_call_id) -> None:
@@ -81,13 +89,17 @@ class ConstrainedToolCalling(DelegatingChatClient):
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> ChatResponse:
-        if not tools:
-            return await self.inner.complete(messages, tools, options)
+        choice = tool_choice_of(options, tools)
+        if not tools or choice == "none":
+            return await self.inner.complete(*_as_text(messages, options))
         answer_schema = options.extra.get(JSON_SCHEMA)
+        if answer_schema is None and options.output_schema is not None:
+            answer_schema = options.output_schema.schema
         extra = dict(options.extra)
-        extra[JSON_SCHEMA] = reply_schema(tools, answer_schema)
+        extra[JSON_SCHEMA] = reply_schema(tools, answer_schema, tool_choice=choice)
+        instructions = render_instructions(options.instructions, tools, tool_choice=choice)
         inner_options = replace(
-            options, instructions=render_instructions(options.instructions, tools), extra=extra
+            options, instructions=instructions, extra=extra, output_schema=None, tool_choice=None
         )
         response = await self.inner.complete(render_history(messages), (), inner_options)
         text = response.message.text
@@ -100,8 +112,8 @@ class ConstrainedToolCalling(DelegatingChatClient):
     async def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> AsyncIterator[StreamChunk]:
-        if not tools:
-            async for chunk in self.inner.stream(messages, tools, options):
+        if not tools or tool_choice_of(options, tools) == "none":
+            async for chunk in self.inner.stream(*_as_text(messages, options)):
                 yield chunk
             return
         response = await self.complete(messages, tools, options)
@@ -110,14 +122,31 @@ class ConstrainedToolCalling(DelegatingChatClient):
         yield ResponseDone(response)
 
 
+def _as_text(
+    messages: Sequence[Message], options: ChatOptions
+) -> tuple[Sequence[Message], tuple[()], ChatOptions]:
+    """A request that wants an answer in text: no tools, and a history with calls or
+    results rendered as text the inner client can read."""
+    if any(m.tool_calls or m.tool_results for m in messages):
+        messages = render_history(messages, json_reply=False)
+    return messages, (), replace(options, tool_choice=None)
+
+
 # --- the schema -----------------------------------------------------------------------------
 
 
 def reply_schema(
-    tools: Sequence[ToolSpec], answer: Mapping[str, Any] | None = None
+    tools: Sequence[ToolSpec],
+    answer: Mapping[str, Any] | None = None,
+    *,
+    tool_choice: ToolChoice | None = None,
 ) -> dict[str, Any]:
     """The JSON schema of a reply: tool calls valid against ``tools``, or an answer
-    (a string, or a value valid against ``answer`` when given)."""
+    (a string, or a value valid against ``answer`` when given). ``tool_choice``
+    ``required`` leaves out the answer, a tool's name leaves only calls to that tool,
+    ``none`` leaves only the answer."""
+    if tool_choice not in (None, "auto", "required", "none"):
+        tools = [t for t in tools if t.name == tool_choice]
     defs: dict[str, Any] = {}
     calls = []
     for i, spec in enumerate(tools):
@@ -133,28 +162,27 @@ def reply_schema(
     answer_value = dict(answer) if answer is not None else {"type": "string"}
     if answer is not None:
         answer_value = _hoist_defs(answer_value, "answer_", defs)
-    schema: dict[str, Any] = {
-        "anyOf": [
+    branches: list[dict[str, Any]] = []
+    if calls and tool_choice != "none":
+        items = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        branches.append(
             {
                 "type": "object",
-                "properties": {
-                    "tool_calls": {
-                        "type": "array",
-                        "items": calls[0] if len(calls) == 1 else {"anyOf": calls},
-                        "minItems": 1,
-                    }
-                },
+                "properties": {"tool_calls": {"type": "array", "items": items, "minItems": 1}},
                 "required": ["tool_calls"],
                 "additionalProperties": False,
-            },
+            }
+        )
+    if tool_choice in (None, "auto", "none") or not branches:
+        branches.append(
             {
                 "type": "object",
                 "properties": {"answer": answer_value},
                 "required": ["answer"],
                 "additionalProperties": False,
-            },
-        ]
-    }
+            }
+        )
+    schema: dict[str, Any] = {"anyOf": branches}
     if defs:
         schema["$defs"] = defs
     return schema
@@ -187,8 +215,12 @@ def _hoist_defs(schema: dict[str, Any], prefix: str, into: dict[str, Any]) -> di
 # --- the prompt -----------------------------------------------------------------------------
 
 
-def render_instructions(instructions: str | None, tools: Sequence[ToolSpec]) -> str:
+def render_instructions(
+    instructions: str | None, tools: Sequence[ToolSpec], *, tool_choice: ToolChoice | None = None
+) -> str:
     """The instructions followed by the tools, described in plain text, and the format."""
+    if tool_choice not in (None, "auto", "required", "none"):
+        tools = [t for t in tools if t.name == tool_choice]
     lines = [instructions.strip(), ""] if instructions else []
     lines.append("Tools:")
     for spec in tools:
@@ -197,7 +229,7 @@ def render_instructions(instructions: str | None, tools: Sequence[ToolSpec]) -> 
         required = set(spec.parameters.get("required", ()))
         for pname, prop in params.items():
             lines.append(f"    {pname} ({_describe_param(prop, pname in required)}")
-    lines += ["", FORMAT_HELP]
+    lines += ["", FORMAT_HELP if tool_choice in (None, "auto") else CALL_HELP]
     return "\n".join(lines)
 
 
@@ -214,8 +246,10 @@ def _describe_param(prop: Mapping[str, Any], required: bool) -> str:
     return f"{head}): {desc}" if desc else f"{head})"
 
 
-def render_history(messages: Sequence[Message]) -> list[Message]:
-    """The history as plain user/assistant text messages (same-role neighbours merged)."""
+def render_history(messages: Sequence[Message], *, json_reply: bool = True) -> list[Message]:
+    """The history as plain user/assistant text messages (same-role neighbours merged).
+    ``json_reply=False`` (the reply is to be text): earlier answers stay text and results
+    are not followed by a reminder of the JSON reply format."""
     names: dict[str, ToolCall] = {}
     out: list[Message] = []
     for message in messages:
@@ -223,10 +257,10 @@ def render_history(messages: Sequence[Message]) -> list[Message]:
             names[call.id] = call
         role: Role
         if message.role == "assistant":
-            text = _render_assistant(message)
+            text = _render_assistant(message, json_reply)
             role = "assistant"
         elif message.role == "tool" or message.tool_results:
-            text = _render_results(message.tool_results, names, message.text)
+            text = _render_results(message.tool_results, names, message.text, json_reply)
             role = "user"
         else:
             text = message.text
@@ -238,10 +272,12 @@ def render_history(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
-def _render_assistant(message: Message) -> str:
+def _render_assistant(message: Message, json_reply: bool) -> str:
     calls = message.tool_calls
     if not calls:
-        return json.dumps({"answer": message.text}, ensure_ascii=False)
+        return (
+            json.dumps({"answer": message.text}, ensure_ascii=False) if json_reply else message.text
+        )
     items = []
     for call in calls:
         args: Any = dict(call.arguments) if not call.malformed else call.raw_arguments
@@ -249,7 +285,9 @@ def _render_assistant(message: Message) -> str:
     return json.dumps({"tool_calls": items}, ensure_ascii=False)
 
 
-def _render_results(results: Sequence[ToolResult], calls: Mapping[str, ToolCall], text: str) -> str:
+def _render_results(
+    results: Sequence[ToolResult], calls: Mapping[str, ToolCall], text: str, nudge: bool
+) -> str:
     lines = ["Tool results:"]
     for result in results:
         call = calls.get(result.call_id)
@@ -258,7 +296,8 @@ def _render_results(results: Sequence[ToolResult], calls: Mapping[str, ToolCall]
         lines.append(f"- {head} {status}: {result.content}")
     if text:
         lines.append(text)
-    lines.append(RESULTS_HELP)
+    if nudge:
+        lines.append(RESULTS_HELP)
     return "\n".join(lines)
 
 

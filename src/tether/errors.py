@@ -18,7 +18,11 @@ and are drawn here so the whole tree is in one place.
     │   └── InvalidArguments         the model's arguments failed validation (names fields)
     ├── InvalidHistoryError      a history that no provider would accept (a bug, never sent)
     ├── RunNotCompleted          ``RunResult.output`` read on a run that did not complete
-    └── StateError               a run state or an approval decision that cannot be applied
+    ├── StateError               a run state or an approval decision that cannot be applied
+    ├── StructuredOutputError    no valid object: invalid after the re-ask, refused, truncated
+    │                                or context overflow (``kind`` says which)
+    ├── WorkflowNotCompleted     ``WorkflowResult.output`` read on a workflow that did not complete
+    └── ReplayDivergence         a replayed run differs from its cassette (names turn and call)
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from tether.history import Violation
+    from tether.messages import Message, Usage
     from tether.outcomes import RunResult
 
 ProviderErrorKind = Literal[
@@ -134,3 +139,61 @@ class RunNotCompleted(TetherError):
 
 class StateError(TetherError):
     """A saved run state or an approval decision cannot be applied to this run."""
+
+
+OutputFailureKind = Literal["invalid", "refused", "truncated", "context_exceeded"]
+
+
+class StructuredOutputError(TetherError):
+    """No valid object came back; nothing half-parsed is ever returned.
+
+    ``kind`` is ``invalid`` (not JSON or not valid against the type, after the re-ask),
+    ``refused``, ``truncated`` or ``context_exceeded``. ``problems`` lists what failed
+    validation, ``text`` is the last reply as sent, ``usage`` counts every request made and
+    ``transcript`` holds the messages exchanged, re-ask included.
+    """
+
+    def __init__(
+        self,
+        kind: OutputFailureKind,
+        message: str,
+        *,
+        problems: tuple[str, ...] = (),
+        text: str = "",
+        usage: Usage | None = None,
+        attempts: int = 1,
+        transcript: tuple[Message, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.kind: OutputFailureKind = kind
+        self.problems = problems
+        self.text = text
+        self.usage = usage
+        self.attempts = attempts
+        self.transcript = transcript
+
+
+class WorkflowNotCompleted(TetherError):
+    """A workflow ended without its result; ``result`` holds the outcome and the steps."""
+
+    def __init__(self, result: object, kind: str, reason: str) -> None:
+        self.result = result
+        super().__init__(
+            f"the workflow did not complete: {kind} ({reason}); "
+            "read result.outcome and result.steps instead of result.output"
+        )
+
+
+class ReplayDivergence(TetherError):
+    """A replayed run did something its cassette did not record.
+
+    ``turn`` is the model request (or workflow step) where it happened, ``call`` the tool
+    call id when one is involved, ``diff`` a readable unified diff (recorded, then now).
+    """
+
+    def __init__(self, where: str, diff: str, *, turn: int = 0, call: str | None = None) -> None:
+        self.where = where
+        self.diff = diff
+        self.turn = turn
+        self.call = call
+        super().__init__(f"the replay diverged from the cassette at {where}\n{diff}".rstrip())

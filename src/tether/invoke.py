@@ -25,6 +25,7 @@ from typing import Any
 
 from tether.errors import ToolFailure
 from tether.events import CallRuled, Listener, ToolCallFinished, ToolCallStarted
+from tether.labels import cap_text as cap_text  # labelled results are cut inside
 from tether.limits import Limits
 from tether.messages import ResultStatus, ToolCall, ToolResult
 from tether.outcomes import Decision, PendingApproval, arguments_hash
@@ -46,15 +47,6 @@ ABANDONED = (
     "thread; it may still take effect. Check before doing it again."
 )
 CUT_HINT = "ask for less (a filter, a page) to see the rest"
-
-
-def cap_text(text: str, limit: int | None, hint: str | None = None) -> str:
-    """``text`` cut to ``limit`` characters with a notice saying how much was left out
-    and, when ``hint`` is given, how to get the rest (``[N characters omitted: hint]``)."""
-    if limit is None or len(text) <= limit:
-        return text
-    how = f": {hint}" if hint else ""
-    return f"{text[:limit]}\n[{len(text) - limit} characters omitted{how}]"
 
 
 ASK = Ruling("ask", "this tool needs a human's approval", "requires_approval")

@@ -17,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic
 
+from typing_extensions import TypeVar
+
+from tether.answers import FinalAnswers, Invalid, Reask, Valid
 from tether.clients import ChatClient, ChatOptions, ChatResponse, ResponseDone, TextDelta
 from tether.errors import ContextWindowExceeded, InvalidHistoryError, ProviderError, StateError
 from tether.events import (
@@ -35,10 +38,13 @@ from tether.history import HistoryChecker
 from tether.invoke import NOT_RUN_TRUNCATED, Invoker, TurnOutcome
 from tether.limits import Budget, Limits
 from tether.messages import TOO_DEEP, Message, Text, ToolCall, ToolResult, Usage, within_depth
-from tether.outcomes import Decision, Outcome, PendingApproval, RunResult, RunState
+from tether.outcomes import NO_VALUE, Decision, Outcome, PendingApproval, RunResult, RunState
 from tether.rulings import CallPolicy
 from tether.state_store import StateStore
+from tether.structured import OutputType
 from tether.tools import DepsT, RunContext, Tool
+
+OutputT = TypeVar("OutputT", default=str)
 
 
 @dataclass(slots=True)
@@ -63,14 +69,19 @@ class _Run:
     turn_metadata: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
     invoker: Invoker | None = None
+    answer_reasks: int = 0
+    """Re-asks of an invalid final answer so far (``output_type``)."""
 
 
-class Agent(Generic[DepsT]):
+class Agent(Generic[DepsT, OutputT]):
     """A model, its tools, its instructions and its limits.
 
     ``await agent.run(prompt)`` returns a :class:`RunResult`; ``result.output`` is the answer
     only if the run completed. ``policy`` rules on every call with the tool's own ruling
-    (:mod:`tether.rulings`).
+    (:mod:`tether.rulings`). With ``output_type`` (a pydantic model, dataclass, enum...;
+    ``tether.structured.OutputType.of(...)`` for a ``Literal``) every request asks the provider
+    for that schema, the final answer is validated into it (one re-ask when invalid, within
+    the run's bounds) and ``result.output`` is the object (see :mod:`tether.answers`).
     """
 
     def __init__(
@@ -85,6 +96,7 @@ class Agent(Generic[DepsT]):
         listeners: Iterable[Listener] = (),
         stream: bool = False,
         policy: CallPolicy | None = None,
+        output_type: type[OutputT] | OutputType[OutputT] | None = None,
     ) -> None:
         self.client = client
         self.tools: dict[str, Tool] = {}
@@ -96,9 +108,10 @@ class Agent(Generic[DepsT]):
         self.limits = limits or Limits()
         base = options or ChatOptions()
         if instructions is not None:
-            base = ChatOptions(
-                instructions, base.max_output_tokens, base.temperature, base.model, base.extra
-            )
+            base = replace(base, instructions=instructions)
+        self.answers = None if output_type is None else FinalAnswers.of(output_type)
+        if self.answers is not None:
+            base = replace(base, output_schema=self.answers.output.schema)
         self.options = base
         self.deps = deps
         self.listeners: list[Listener] = list(listeners)
@@ -114,7 +127,7 @@ class Agent(Generic[DepsT]):
         deps: DepsT | None = None,
         run_id: str | None = None,
         store: StateStore | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run until a final answer or a bound; never raises for model or tool failures.
 
         With ``store``, a run that ends ``awaiting_approval`` saves its state there.
@@ -141,7 +154,7 @@ class Agent(Generic[DepsT]):
         *,
         deps: DepsT | None = None,
         store: StateStore | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a run that was awaiting approval, applying the human's decisions.
 
         The whole state is checked first (:meth:`RunState.check`); a decision must come from
@@ -183,7 +196,7 @@ class Agent(Generic[DepsT]):
 
         return SubAgentTool(self, name, description)
 
-    def run_sync(self, prompt: str | Sequence[Message], **kwargs: Any) -> RunResult:
+    def run_sync(self, prompt: str | Sequence[Message], **kwargs: Any) -> RunResult[OutputT]:
         """:meth:`run` for code that has no event loop. Returns at the wall-time limit even
         if a sync tool is still running in its thread (it is reported ``abandoned``)."""
         return asyncio.run(self.run(prompt, **kwargs))
@@ -341,7 +354,22 @@ class Agent(Generic[DepsT]):
             return self._finish(run, Outcome("context_exceeded", "the context window is full"))
         if calls or stop.paused:
             return None
-        return self._finish(run, Outcome("completed", "final answer"))
+        if self.answers is None:
+            return self._finish(run, Outcome("completed", "final answer"))
+        return self._typed_answer(run, message)
+
+    def _typed_answer(self, run: _Run, message: Message) -> RunResult | None:
+        """Validate the final answer into the output type; re-ask, or end the run."""
+        assert self.answers is not None
+        verdict = self.answers.read(message, run.answer_reasks)
+        if isinstance(verdict, Valid):
+            return self._finish(run, Outcome("completed", "final answer"), value=verdict.value)
+        if isinstance(verdict, Invalid):
+            return self._finish(run, verdict.outcome)
+        assert isinstance(verdict, Reask)
+        run.answer_reasks += 1
+        self._append(run, verdict.message)
+        return None
 
     async def _run_calls(
         self,
@@ -487,8 +515,12 @@ class Agent(Generic[DepsT]):
         )
         run.ready = {}
 
-    def _finish(self, run: _Run, outcome: Outcome, state: RunState | None = None) -> RunResult:
-        return RunResult(outcome, tuple(run.history), run.usage, run.turns, run.run_id, state)
+    def _finish(
+        self, run: _Run, outcome: Outcome, state: RunState | None = None, value: Any = NO_VALUE
+    ) -> RunResult:
+        return RunResult(
+            outcome, tuple(run.history), run.usage, run.turns, run.run_id, state, value
+        )
 
     def _deps(self, deps: Any) -> Any:
         return self.deps if deps is None else deps

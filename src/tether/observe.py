@@ -51,6 +51,7 @@ from tether._genai import (
     OPERATION,
     OUTCOME,
     OUTPUT_MESSAGES,
+    OUTPUT_TYPE,
     PROVIDER,
     REQUEST_MAX_TOKENS,
     REQUEST_MODEL,
@@ -206,6 +207,8 @@ class TracingChatClient(DelegatingChatClient):
             attributes[REQUEST_MAX_TOKENS] = options.max_output_tokens
         if options.temperature is not None:
             attributes[REQUEST_TEMPERATURE] = options.temperature
+        if options.output_schema is not None:
+            attributes[OUTPUT_TYPE] = "json"
         if self.server is not None:
             attributes[SERVER_ADDRESS], attributes[SERVER_PORT] = self.server
         if self.capture_content:

@@ -12,7 +12,9 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal
+
+from typing_extensions import TypeVar
 
 from tether.errors import RunNotCompleted, StateError
 from tether.messages import (
@@ -27,6 +29,11 @@ from tether.messages import (
     usage_from_dict,
     usage_to_dict,
 )
+
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of ``RunResult.output`` (``Agent`` makes it ``str`` unless given an output type)."""
+NO_VALUE: Any = object()
+"""``RunResult.value`` of a run without a validated output (the answer is the text)."""
 
 OutcomeKind = Literal[
     "completed",
@@ -317,7 +324,7 @@ def _state_problems(state: RunState) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """The end of a run: outcome, full transcript, summed usage."""
 
     outcome: Outcome
@@ -327,13 +334,18 @@ class RunResult:
     run_id: str = ""
     state: RunState | None = None
     """Set when the run can be resumed (``awaiting_approval``)."""
+    value: Any = NO_VALUE
+    """The validated final answer of an agent with an ``output_type``."""
 
     @property
-    def output(self) -> str:
-        """The final answer; raises :class:`RunNotCompleted` unless the run completed."""
+    def output(self) -> OutputT:
+        """The final answer (the validated object with an ``output_type``, else the text);
+        raises :class:`RunNotCompleted` unless the run completed."""
         if self.outcome.kind != "completed":
             raise RunNotCompleted(self)
-        return self.transcript[-1].text
+        if self.value is not NO_VALUE:
+            return self.value  # type: ignore[no-any-return]
+        return self.transcript[-1].text  # type: ignore[return-value]
 
     @property
     def pending(self) -> tuple[PendingApproval, ...]:

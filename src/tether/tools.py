@@ -213,6 +213,11 @@ class FunctionTool(Tool):
         declare(self, effect=effect, roles=roles, third_party=third_party, serial=serial)
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
+        return to_text(await self.run(arguments, ctx))
+
+    async def run(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
+        """Validate ``arguments`` and call the function; return its value unserialised
+        (what a workflow step gets)."""
         try:
             parsed = self._validate(arguments)
         except self._validation_error as exc:
@@ -221,12 +226,10 @@ class FunctionTool(Tool):
         if self._ctx_param:
             kwargs[self._ctx_param] = ctx
         if self._is_async:
-            value = await self.func(**kwargs)
-        elif self._thread:
-            value = await run_in_worker(_in_thread, func=self.func, ctx=ctx, kwargs=kwargs)
-        else:
-            value = self.func(**kwargs)
-        return to_text(value)
+            return await self.func(**kwargs)
+        if self._thread:
+            return await run_in_worker(_in_thread, func=self.func, ctx=ctx, kwargs=kwargs)
+        return self.func(**kwargs)
 
     async def __call__(self, **kwargs: Any) -> Any:
         """Call the underlying function directly (tests, scripts)."""

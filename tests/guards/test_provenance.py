@@ -55,7 +55,7 @@ def test_tokens_are_the_distinctive_values() -> None:
     assert {
         "c-2210",
         ATTACKER,
-        "https://evil.example/x.sh",
+        "evil.example/x.sh",  # one spelling per URL: no scheme, no www.
         "../../etc/passwd",
     } <= tokens
     assert "12345678" in tokens

@@ -89,6 +89,24 @@ def sandbox_pids() -> set[int]:
     return pids
 
 
+def live_with(marker: str) -> set[int]:
+    """Live processes (any user) whose command line holds ``marker``."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if marker in cmdline and state not in ("Z", "X") and int(entry) != os.getpid():
+            found.add(int(entry))
+    return found
+
+
 async def sh(box: BubblewrapSandbox | HostExecution, command: str, **kw: float):
     return await box.run(["bash", "-c", command], **kw)
 
@@ -285,9 +303,9 @@ async def test_no_nested_user_namespace(sandbox: BubblewrapSandbox):
 
 async def test_fork_bomb_is_bounded_and_ends(tree: Path):
     limits = SandboxLimits(timeout_seconds=4, max_processes=48)
-    before = sandbox_pids()
     peak = 0
-    async with BubblewrapSandbox(tree, limits=limits, uid=SANDBOX_UID) as box:
+    async with BubblewrapSandbox(tree, limits=limits, uid=SANDBOX_UID, prepare=False) as box:
+        before = sandbox_pids()  # the holder
         task = asyncio.ensure_future(sh(box, ":(){ :|:& };:"))
         while not task.done():
             peak = max(peak, len(sandbox_pids() - before))
@@ -309,39 +327,42 @@ async def test_memory_bomb_hits_the_address_space_limit(sandbox: BubblewrapSandb
 
 
 async def test_cpu_loop_is_killed_at_the_timeout(sandbox: BubblewrapSandbox):
-    before = sandbox_pids()
+    marker = f"tether-spin-{uuid.uuid4().hex}"
     started = time.monotonic()
-    result = await sh(sandbox, "echo start; while :; do :; done", timeout=1.0)
+    result = await sh(sandbox, f"echo start; while :; do : {marker}; done", timeout=1.0)
     assert result.timed_out and result.exit_code != 0
     assert result.stdout.startswith("start")
     assert time.monotonic() - started < 3
     assert "wall timeout" in result.to_text()
-    assert sandbox_pids() - before == set()
+    assert live_with(marker) == set()
 
 
 async def test_cancellation_kills_everything(sandbox: BubblewrapSandbox):
-    before = sandbox_pids()
-    task = asyncio.ensure_future(sh(sandbox, "sleep 60 & sleep 60 & wait"))
-    await asyncio.sleep(0.5)
-    assert sandbox_pids() - before
+    marker = "60.0" + uuid.uuid4().hex[:6].translate(str.maketrans("abcdef", "123456"))
+    task = asyncio.ensure_future(sh(sandbox, f"sleep {marker} & sleep {marker} & wait"))
+    for _ in range(100):
+        if len(live_with(f"sleep {marker}")) >= 3:  # the two sleeps and their shell
+            break
+        await asyncio.sleep(0.05)
+    assert len(live_with(f"sleep {marker}")) >= 3
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert sandbox_pids() - before == set()
+    assert live_with(marker) == set()
 
 
 async def test_setsid_grandchild_does_not_outlive_the_command(
     sandbox: BubblewrapSandbox, host: HostExecution
 ):
+    marker = f"tether-late-{uuid.uuid4().hex}"
     late = (
-        "setsid bash -c 'sleep 1; echo escaped > late.txt' </dev/null >/dev/null 2>&1 &"
+        f"setsid bash -c 'sleep 1; echo escaped > late.txt # {marker}' </dev/null >/dev/null 2>&1 &"
         " sleep 0.3; echo started"
     )
-    before = sandbox_pids()
     boxed = await sh(sandbox, late)
+    assert live_with(marker) == set()
     control = await sh(host, late)
     assert "started" in boxed.stdout and "started" in control.stdout
-    assert sandbox_pids() - before == set()
     await asyncio.sleep(2)
     assert not (sandbox.work.path / "late.txt").exists()
     assert (host.work.path / "late.txt").read_text() == "escaped\n"  # the control escaped

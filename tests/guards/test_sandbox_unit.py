@@ -4,6 +4,7 @@ container backend against a fake engine, backend choice and the shell tool."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import os
 import struct
@@ -19,70 +20,124 @@ from tether.guards.sandbox import (
     HostExecution,
     SandboxLimits,
     SandboxUnavailable,
+    seccomp,
     select_sandbox,
     shell_tool,
 )
 from tether.guards.sandbox import bwrap as bwrap_module
 from tether.guards.sandbox import container as container_module
-from tether.guards.sandbox._exec import CappedText
-from tether.guards.sandbox.seccomp import RET_ALLOW, RET_KILL_PROCESS, build_filter
+from tether.guards.sandbox._cgroup import CONTROLLERS, CgroupSupport, CommandCgroup
+from tether.guards.sandbox._output import CappedText, escape_controls
+from tether.guards.sandbox._systemd import killable
+from tether.guards.sandbox.seccomp import build_filter
 from tether.loop import Agent
 from tether.providers.scripted import ScriptedClient, call_reply, text_reply
 from tether.tools import RunContext, lint
 
 CTX: RunContext[None] = RunContext(deps=None)
+RET_ALLOW, RET_KILL_PROCESS = 0x7FFF0000, 0x80000000
 
 
-# --- seccomp -------------------------------------------------------------------------------
+# --- seccomp: the policy, audited against the compiled filter -----------------------------
+
+_AUDIT_X86_64, _AUDIT_AARCH64 = 0xC000003E, 0xC00000B7
+_RET_ERRNO = 0x00050000
 
 
-def _decode(program: bytes) -> list[tuple[int, int, int, int]]:
-    return [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
-
-
-@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
-def test_filter_is_well_formed(machine: str) -> None:
-    prog = _decode(build_filter(machine))
-    assert prog[0] == (0x20, 0, 0, 4)  # load arch first
-    for i, (code, jt, jf, _k) in enumerate(prog):
-        if code & 0x07 == 0x05:  # jumps stay inside the program
-            assert i + 1 + max(jt, jf) < len(prog)
-    returns = {k for code, _jt, _jf, k in prog if code == 0x06}
-    assert returns == {RET_ALLOW, RET_KILL_PROCESS, 0x00050000 | 1}
-    assert any(code == 0x20 and k == 16 for code, _a, _b, k in prog)  # reads the domain
-
-
-def _emulate(program: bytes, nr: int, arch: int, arg0: int) -> int:
-    """A tiny classic-BPF interpreter for the opcodes the filter uses."""
-    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
-    prog, pc, acc = _decode(program), 0, 0
+def _run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
+    """A classic-BPF interpreter (every opcode seccomp filters may use) over seccomp_data."""
+    full = (*args, *[0] * (6 - len(args)))
+    data = struct.pack("=iIQ6Q", nr, arch, 0, *full)
+    prog = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+    pc, a, x, mem = 0, 0, 0, [0] * 16
+    alu = {
+        0x00: lambda p, q: p + q, 0x10: lambda p, q: p - q, 0x20: lambda p, q: p * q,
+        0x30: lambda p, q: p // q, 0x40: lambda p, q: p | q, 0x50: lambda p, q: p & q,
+        0x60: lambda p, q: p << q, 0x70: lambda p, q: p >> q, 0x90: lambda p, q: p % q,
+        0xA0: lambda p, q: p ^ q,
+    }  # fmt: skip
+    jumps = {
+        0x10: lambda p, q: p == q, 0x20: lambda p, q: p > q, 0x30: lambda p, q: p >= q,
+        0x40: lambda p, q: bool(p & q),
+    }  # fmt: skip
     while True:
         code, jt, jf, k = prog[pc]
-        if code == 0x20:
-            acc = struct.unpack_from("=I", data, k)[0]
-            pc += 1
-        elif code in (0x15, 0x35):
-            hit = acc == k if code == 0x15 else acc >= k
-            pc += 1 + (jt if hit else jf)
-        else:
-            return k
+        cls, pc = code & 0x07, pc + 1
+        if cls == 0x00:  # LD
+            mode = code & 0xE0
+            a = {0x00: k, 0x20: None, 0x60: mem[k % 16], 0x80: len(data)}.get(mode)
+            if mode == 0x20:
+                a = struct.unpack_from("=I", data, k)[0]
+            assert a is not None, hex(code)
+        elif cls == 0x01:  # LDX
+            x = k if code & 0xE0 == 0x00 else mem[k % 16]
+        elif cls == 0x02:
+            mem[k % 16] = a
+        elif cls == 0x03:
+            mem[k % 16] = x
+        elif cls == 0x04:  # ALU
+            operand = x if code & 0x08 else k
+            a = (-a if code & 0xF0 == 0x80 else alu[code & 0xF0](a, operand)) & 0xFFFFFFFF
+        elif cls == 0x05:  # JMP
+            if code & 0xF0 == 0x00:
+                pc += k
+            else:
+                pc += jt if jumps[code & 0xF0](a, x if code & 0x08 else k) else jf
+        elif cls == 0x06:  # RET
+            return a if code & 0x18 == 0x10 else k
+        else:  # MISC: TAX, TXA
+            x, a = (a, a) if code & 0xF8 == 0x00 else (x, x)
 
 
 @pytest.mark.parametrize(
-    ("nr", "arch", "arg0", "expected"),
-    [
-        (41, 0xC000003E, 1, 0x00050001),  # socket(AF_UNIX) -> EPERM
-        (53, 0xC000003E, 1, 0x00050001),  # socketpair(AF_UNIX) -> EPERM
-        (41, 0xC000003E, (1 << 32) | 1, 0x00050001),  # high bits cannot hide AF_UNIX
-        (41, 0xC000003E, 2, RET_ALLOW),  # socket(AF_INET)
-        (0, 0xC000003E, 1, RET_ALLOW),  # read
-        (250, 0xC000003E, 0, 0x00050001),  # keyctl
-        (0x40000000 + 41, 0xC000003E, 1, RET_KILL_PROCESS),  # x32 ABI
-        (359, 0x40000003, 1, RET_KILL_PROCESS),  # i386 ABI
-    ],
+    ("machine", "audit"), [("x86_64", _AUDIT_X86_64), ("aarch64", _AUDIT_AARCH64)]
 )
-def test_filter_decisions(nr: int, arch: int, arg0: int, expected: int) -> None:
-    assert _emulate(build_filter("x86_64"), nr, arch, arg0) == expected
+def test_seccomp_policy_is_what_the_tables_say(machine: str, audit: int) -> None:
+    import pyseccomp
+
+    arch = getattr(pyseccomp.Arch, machine.upper())
+    program = build_filter(machine)
+
+    def verdict(name: str, *args: int) -> int:
+        return _run_bpf(program, pyseccomp.resolve_syscall(arch, name), audit, args)
+
+    checked = 0
+    for name in seccomp.ALLOWED:
+        if pyseccomp.resolve_syscall(arch, name) >= 0:
+            assert verdict(name) == RET_ALLOW, name
+            checked += 1
+    for name in seccomp.DENIED:
+        if pyseccomp.resolve_syscall(arch, name) >= 0:
+            assert verdict(name) == _RET_ERRNO | errno.EPERM, name
+            checked += 1
+    assert checked > 250
+    assert verdict("clone3") == _RET_ERRNO | errno.ENOSYS  # unlisted: as if absent
+    assert _run_bpf(program, 999, audit) == _RET_ERRNO | errno.ENOSYS
+    assert verdict("clone", 17) == RET_ALLOW  # fork: SIGCHLD only
+    for flag in (0x20000, 0x2000000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000):
+        assert verdict("clone", flag | 17) == _RET_ERRNO | errno.EPERM, hex(flag)
+    assert verdict("socket", 1) == _RET_ERRNO | errno.EPERM  # AF_UNIX
+    assert verdict("socket", (1 << 32) | 1) == _RET_ERRNO | errno.EPERM  # high bits ignored
+    assert verdict("socket", 2) == verdict("socket", 10) == verdict("socket", 16) == RET_ALLOW
+    assert verdict("socket", 17) == _RET_ERRNO | errno.EAFNOSUPPORT  # AF_PACKET
+    assert verdict("personality", 0) == RET_ALLOW
+    assert verdict("personality", 0x0040000) == _RET_ERRNO | errno.ENOSYS  # ADDR_NO_RANDOMIZE
+    foreign = 0x40000003 if machine == "x86_64" else 0x40000028  # i386, arm
+    assert _run_bpf(program, 0, foreign) == RET_KILL_PROCESS
+
+
+def test_seccomp_numbers_are_anchored() -> None:
+    """The names resolve to the kernel's numbers (ptrace, socket) on both architectures."""
+    import pyseccomp
+
+    assert pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, "ptrace") == 101
+    assert pyseccomp.resolve_syscall(pyseccomp.Arch.AARCH64, "ptrace") == 117
+    assert pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, "socket") == 41
+
+
+def test_x32_calls_kill_the_process() -> None:
+    program = build_filter("x86_64")
+    assert _run_bpf(program, 0x40000000 + 41, _AUDIT_X86_64, (2,)) == RET_KILL_PROCESS
 
 
 def test_unknown_architecture_is_refused() -> None:
@@ -123,26 +178,43 @@ async def test_argv_must_be_a_list_of_strings(argv: object) -> None:
 # --- bubblewrap command line ---------------------------------------------------------------
 
 
-async def test_bwrap_argv_has_every_guard(tmp_path: Path) -> None:
+def test_bwrap_argv_has_every_guard() -> None:
     injection = "ls; --bind / /host $(reboot)"
-    async with BubblewrapSandbox(tmp_path) as box:
-        argv = box.argv(["bash", "-c", injection], seccomp_fd=7, info_fd=8)
-        work = str(box.work.path)
+    box = BubblewrapSandbox(limits=SandboxLimits(shm_bytes=5 << 20, tmp_bytes=7 << 20))
+    argv = box.argv(["bash", "-c", injection], seccomp_fd=7, info_fd=8)
     for flag in (
-        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-        "--disable-userns", "--new-session", "--die-with-parent",
+        "--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc",
+        "--unshare-uts", "--disable-userns", "--new-session", "--die-with-parent",
     ):  # fmt: skip
         assert flag in argv
     pairs = list(itertools.pairwise(argv))
     assert ("--cap-drop", "ALL") in pairs and ("--seccomp", "7") in pairs
     assert ("--uid", "65534") in pairs and ("--info-fd", "8") in pairs
-    assert ("--ro-bind", "/usr") in pairs and ("--tmpfs", "/tmp") in pairs
-    assert argv[argv.index("--tmpfs") - 2] == "--size"
+    assert ("--ro-bind", "/usr") in pairs
+    sizes = {argv[i + 3]: int(argv[i + 1]) for i, a in enumerate(argv) if a == "--size"}
+    assert sizes == {"/dev/shm": 5 << 20, "/tmp": 7 << 20, "/run": 1 << 20}  # every tmpfs
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"] == ["/dev", "/"]
+    assert argv.index("--remount-ro") > argv.index("--tmpfs")  # after the mounts it guards
     assert "/" not in [b for a, b in pairs if a in ("--bind", "--ro-bind")]
     assert argv[-3:] == ["bash", "-c", injection]  # one argument, after "--"
     assert argv.index("--") < len(argv) - 3
     writable = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
-    assert writable == [work]  # the work copy is the only writable host folder
+    assert writable == ["/work"]  # the holder's capped copy is the only writable folder
+
+
+def test_holder_keeps_the_copy_in_a_capped_memory_file_system() -> None:
+    box = BubblewrapSandbox(limits=SandboxLimits(work_bytes=3 << 20), mount_point="/src")
+    argv = box.holder_argv(info_fd=5, passwd_fd=6, group_fd=7)
+    i = argv.index("--tmpfs")
+    assert argv[i - 2 : i + 2] == ["--size", str(3 << 20), "--tmpfs", "/src"]
+    assert "--disable-userns" not in argv  # the command sandboxes nest in it
+    assert ("--info-fd", "5") in list(itertools.pairwise(argv))
+
+
+def test_boot_script_closes_tether_descriptors_and_execs_the_argv() -> None:
+    script = BubblewrapSandbox().boot_script(request_fd=9, close_fds=[11, 12])
+    assert "exec 11>&- 12>&-" in script
+    assert "mapfile -d '' -t argv <&9" in script and script.endswith('exec "${argv[@]}"\n')
 
 
 def test_bwrap_unavailable_when_missing() -> None:
@@ -276,7 +348,8 @@ async def test_shell_tool_spec_and_result(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "arguments", [{}, {"command": ""}, {"command": 3}, {"command": "ls", "x": 1}]
+    "arguments",
+    [{}, {"command": ""}, {"command": 3}, {"command": "ls", "x": 1}, {"command": "x" * 1_000_001}],
 )
 async def test_shell_tool_validates(arguments: dict[str, object]) -> None:
     tool = shell_tool(HostExecution(), allow_host=True)
@@ -299,16 +372,74 @@ async def test_shell_tool_in_an_agent_loop(tmp_path: Path) -> None:
         assert "exit code 0\n42\n" in str(tool_message.parts[0].content)  # type: ignore[union-attr]
 
 
-def test_work_copy_keeps_links_as_links(tmp_path: Path) -> None:
+async def test_work_copy_keeps_links_as_links_and_skips_specials(tmp_path: Path) -> None:
     src = tmp_path / "src"
-    src.mkdir()
+    (src / "sub").mkdir(parents=True)
     (src / "link").symlink_to("/etc/hostname")
+    (src / "sub" / "a.txt").write_text("a\n")
+    os.link(src / "sub" / "a.txt", src / "hard.txt")
+    (src / "skip.log").write_text("x")
     os.mkfifo(src / "fifo")
-    box = BubblewrapSandbox(src)
-    work = box.work.create()
-    try:
-        assert os.readlink(work / "link") == "/etc/hostname" and not (work / "fifo").exists()
-        if os.geteuid() == 0:
-            assert (work.stat().st_uid, os.lstat(work / "link").st_uid) == (65534, 65534)
-    finally:
-        box.work.remove()
+    async with BubblewrapSandbox(src, ignore=["*.log"]) as box:
+        result = await box.run(
+            ["bash", "-c", "readlink link; ls -A | sort | tr '\\n' ' '; echo; "
+             "echo b >> hard.txt; cat sub/a.txt; stat -c %u ."]
+        )  # fmt: skip
+    lines = result.stdout.splitlines()
+    assert lines[0] == "/etc/hostname"
+    assert lines[1].split() == ["hard.txt", "link", "sub"]  # no FIFO, no ignored file
+    assert lines[2] == "a"  # the hard link became a separate file
+    assert lines[3] == "65534"
+
+
+def test_output_escapes_controls_but_newline_and_tab() -> None:
+    escaped = "a\\x1b[0m\\x0d\n\tb\\x7f\\x9b\\u202e"
+    assert escape_controls("a\x1b[0m\r\n\tb\x7f\x9b\u202e") == escaped
+    cap = CappedText(100)
+    cap.feed(b"ok\xff\x00\xe2\x80")  # bad byte, NUL, a character cut at the chunk's end
+    cap.feed(b"\x99!", final=True)
+    assert cap.text() == "ok\\xff\\x00\u2019!"
+
+
+def test_command_cgroup_writes_every_bound_cap(tmp_path: Path) -> None:
+    limits = SandboxLimits(memory_bytes=300 << 20, max_processes=42, cpus=1.5)
+    support = CgroupSupport(tmp_path, frozenset(CONTROLLERS), "")
+    cgroup = CommandCgroup(support, limits)
+    written = {p.name: p.read_text() for p in cgroup.path.iterdir()}
+    assert written == {
+        "memory.max": str(300 << 20),
+        "memory.swap.max": "0",
+        "pids.max": "42",
+        "cpu.max": "150000 100000",
+    }
+    only_pids = CommandCgroup(CgroupSupport(tmp_path, frozenset({"pids"}), "no"), limits)
+    assert sorted(p.name for p in only_pids.path.iterdir()) == ["pids.max"]
+
+
+async def test_an_oversized_command_is_refused_with_a_way_forward() -> None:
+    tool = shell_tool(HostExecution(), allow_host=True)
+    with pytest.raises(InvalidArguments, match="over the 1,000,000-byte limit; write a long"):
+        await tool.invoke({"command": "é" * 600_000}, CTX)  # 1.2 MB in UTF-8
+
+
+async def test_a_command_that_cannot_start_is_a_clear_tool_failure(tmp_path: Path) -> None:
+    class Broken(HostExecution):
+        async def run(self, argv, *, timeout=None, stdin=None):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
+            raise OSError(7, "Argument list too long")
+
+    tool = shell_tool(Broken(), allow_host=True)
+    with pytest.raises(ToolFailure, match="could not be started \\(Argument list too long\\)"):
+        await tool.invoke({"command": "true"}, CTX)
+
+
+@pytest.mark.parametrize(
+    ("path", "own", "ok"),
+    [
+        ("/user.slice/user-1000.slice/run-r1.scope", "/user.slice/session-2.scope", True),
+        ("/user.slice/session-2.scope", "/user.slice/session-2.scope", False),  # tether's own
+        ("/app.scope", "/app.scope/tether", False),  # above tether
+        ("/user.slice", "/other.scope", False),  # not a scope
+    ],
+)
+def test_only_a_command_scope_is_ever_killed(path: str, own: str, ok: bool) -> None:
+    assert killable(path, own) is ok

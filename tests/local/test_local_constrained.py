@@ -18,6 +18,7 @@ from tether.constrained import (
     reply_schema,
 )
 from tether.demo import read_order
+from tether.errors import ConfigError
 from tether.history import check
 from tether.loop import Agent
 from tether.messages import Message, StopReason, Text, ToolCall, ToolResult
@@ -190,6 +191,19 @@ async def test_a_structured_answer_schema_replaces_the_string_answer() -> None:
     assert sent["anyOf"][1]["properties"]["answer"] == answer
 
 
+async def test_an_output_schema_becomes_the_answer_schema() -> None:
+    from tether.clients import OutputSchema
+
+    answer = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    client, inner = wrap('{"answer": {"ok": false}}')
+    options = ChatOptions(output_schema=OutputSchema("Ok", answer))
+    response = await client.complete([Message.user("ok?")], [read_order.spec], options)
+    assert json.loads(response.message.text) == {"ok": False}
+    sent = inner.requests[0].options
+    assert sent.extra[JSON_SCHEMA]["anyOf"][1]["properties"]["answer"] == answer
+    assert sent.output_schema is None  # the whole reply is constrained by the extra schema
+
+
 async def test_without_tools_the_request_passes_through() -> None:
     client, inner = wrap("plain words")
     response = await client.complete([Message.user("hi")], [], ChatOptions())
@@ -204,3 +218,79 @@ async def test_stream_yields_the_answer_then_the_response() -> None:
     ]
     assert isinstance(chunks[0], TextDelta) and chunks[0].text == "Done."
     assert isinstance(chunks[-1], ResponseDone) and chunks[-1].response.message.text == "Done."
+
+
+# --- tool_choice ----------------------------------------------------------------------------
+
+
+async def test_required_leaves_out_the_answer() -> None:
+    client, inner = wrap(CALL)
+    options = ChatOptions(tool_choice="required")
+    response = await client.complete([Message.user("hi")], [read_order.spec], options)
+    assert response.message.tool_calls[0].name == "lire_commande"
+    sent = inner.requests[0].options
+    schema = sent.extra[JSON_SCHEMA]
+    validator = jsonschema.Draft202012Validator(schema)
+    assert not validator.is_valid({"answer": "no call"})
+    assert validator.is_valid(json.loads(CALL))
+    assert '{"answer"' not in (sent.instructions or "")
+    assert sent.tool_choice is None  # the inner client sees no tools, so no choice
+
+
+async def test_a_named_tool_is_the_only_call_the_schema_allows() -> None:
+    client, inner = wrap(CALL)
+    options = ChatOptions(tool_choice="add_lines")
+    await client.complete([Message.user("hi")], [read_order.spec, add_lines.spec], options)
+    sent = inner.requests[0].options
+    validator = jsonschema.Draft202012Validator(sent.extra[JSON_SCHEMA])
+    assert not validator.is_valid(json.loads(CALL))
+    assert not validator.is_valid({"answer": "x"})
+    assert validator.is_valid(
+        {"tool_calls": [{"name": "add_lines", "arguments": {"lines": [{"sku": "ABC", "qty": 1}]}}]}
+    )
+    instructions = sent.instructions or ""
+    assert "add_lines" in instructions and "lire_commande" not in instructions
+
+
+HISTORY_WITH_CALLS = [
+    Message.user("Where is C-1042?"),
+    Message.assistant(ToolCall("c1", "lire_commande", {"numero": "C-1042"})),
+    Message.results([ToolResult("c1", '{"statut": "expediee"}')]),
+]
+
+
+@pytest.mark.parametrize("tools", [[read_order.spec], []])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_none_or_no_tools_on_a_history_with_calls_asks_for_text(
+    tools: list[object], stream: bool
+) -> None:
+    client, inner = wrap("It has shipped.")
+    options = ChatOptions(tool_choice="none" if tools else None)
+    if stream:
+        chunks = [c async for c in client.stream(HISTORY_WITH_CALLS, tools, options)]  # type: ignore[arg-type]
+        done = chunks[-1]
+        assert isinstance(done, ResponseDone)
+        response = done.response
+    else:
+        response = await client.complete(HISTORY_WITH_CALLS, tools, options)  # type: ignore[arg-type]
+    assert response.message.text == "It has shipped." and not response.message.tool_calls
+    sent = inner.requests[0]
+    assert sent.tools == () and JSON_SCHEMA not in sent.options.extra
+    assert all(not m.tool_calls and not m.tool_results for m in sent.messages)
+    assert 'lire_commande({"numero":"C-1042"}) returned' in sent.messages[-1].text
+    assert '{"answer"' not in sent.messages[-1].text  # no JSON format asked for
+
+
+async def test_a_choice_naming_no_tool_is_refused() -> None:
+    client, inner = wrap(CALL)
+    with pytest.raises(ConfigError, match="not a tool of the request"):
+        await client.complete(
+            [Message.user("hi")], [read_order.spec], ChatOptions(tool_choice="nope")
+        )
+    assert inner.requests == []
+
+
+def test_reply_schema_for_none_is_the_answer_only() -> None:
+    validator = jsonschema.Draft202012Validator(reply_schema([read_order.spec], tool_choice="none"))
+    assert validator.is_valid({"answer": "x"})
+    assert not validator.is_valid(json.loads(CALL))

@@ -13,6 +13,8 @@ def test_demo_runs_on_the_embedded_model(monkeypatch: pytest.MonkeyPatch) -> Non
         monkeypatch.delenv(key, raising=False)
     result = CliRunner().invoke(app, ["demo"])
     assert "Offline local model" in result.output  # the honest banner
+    loading = result.output.index("loading SmolLM2-135M-Instruct.Q4_1.gguf (98 MB) on ")
+    assert loading < result.output.index("model ready in ") < result.output.index("turn 1")
     assert 'call lire_commande({"numero":"C-1042"})' in result.output
     assert "outcome: completed" in result.output
     assert result.exit_code == 0, result.output

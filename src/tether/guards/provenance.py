@@ -25,7 +25,6 @@ undone.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -33,6 +32,7 @@ from typing import Any, Literal
 
 from tether.errors import ConfigError, ToolFailure
 from tether.guards.approval import ApprovalRequest, Approver, ask, refusal
+from tether.labels import label, read_label
 from tether.messages import Message
 from tether.rulings import Ruling
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
@@ -47,21 +47,19 @@ __all__ = [
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",  # e-mail address
-    r"\bhttps?://[^\s\"'<>]+",  # URL
+    r"(?:\bhttps?://|\bwww\.)[^\s\"'<>]+",  # URL, with a scheme or www.
+    r"\b[A-Za-z]{2}\d{2}(?:[ -]?[A-Za-z0-9]{4}){2,7}(?:[ -]?[A-Za-z0-9]{1,3})?\b",  # IBAN
     r"\b[A-Za-z]{1,6}-\d{2,}\b",  # identifier: order C-2210, ticket T-17
-    r"(?<![\w.])\d{6,}\b",  # long number: account, IBAN fragment, phone
+    r"(?<![\d.])\d{6,}(?!\d)",  # long number, also after a country code: account, phone
     r"(?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]+)+",  # path with at least two segments
 )
 _TRAILING = ".,;:!?)]}'\""
 
 
 def untrusted(content: Any, source: str, *, trusted: bool = False) -> str:
-    """``content`` as a JSON document labelled with its provenance."""
-    return json.dumps(
-        {"provenance": {"source": source, "trusted": trusted}, "content": content},
-        ensure_ascii=False,
-        default=str,
-    )
+    """``content`` as a JSON document labelled with its provenance (capped results keep
+    the label: :func:`tether.labels.cap_text` cuts inside it)."""
+    return label(content, source, trusted=trusted)
 
 
 class TaintTracker:
@@ -94,7 +92,7 @@ class TaintTracker:
         found = set()
         for pattern in self._patterns:
             for match in pattern.finditer(text):
-                token = match.group().rstrip(_TRAILING).lower()
+                token = _canonical(match.group().rstrip(_TRAILING).lower())
                 if token:
                     found.add(token)
         return found
@@ -139,9 +137,9 @@ class TaintTracker:
         """Re-read the untrusted tool results of a transcript (after a resume elsewhere)."""
         for message in transcript:
             for result in message.tool_results:
-                label = _provenance(result.content)
-                if label is not None and not label[1]:
-                    self.observe(run_id, result.content, label[0])
+                mark = read_label(result.content)  # a cut or broken label reads untrusted
+                if mark is not None and not mark.trusted:
+                    self.observe(run_id, result.content, mark.source)
 
     def _run(self, run_id: str) -> dict[str, str]:
         seen = self._tainted.get(run_id)
@@ -155,6 +153,19 @@ class TaintTracker:
         return seen
 
 
+_IBAN = re.compile(r"[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?")
+
+
+def _canonical(token: str) -> str:
+    """One spelling per value: IBANs without spaces, URLs without scheme, ``www.`` or
+    trailing slash."""
+    if _IBAN.fullmatch(token):
+        return re.sub(r"[ -]", "", token)
+    if token.startswith(("http://", "https://", "www.")):
+        return re.sub(r"^(?:https?://)?(?:www\.)?", "", token).rstrip("/")
+    return token
+
+
 def _strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value
@@ -166,16 +177,6 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(v)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         yield str(value)
-
-
-def _provenance(text: str) -> tuple[str, bool] | None:
-    if not text.startswith('{"provenance"'):
-        return None
-    try:
-        label = json.loads(text)["provenance"]
-        return str(label["source"]), bool(label["trusted"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 SourceFunction = Callable[[Mapping[str, Any], RunContext[Any]], str]

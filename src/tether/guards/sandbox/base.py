@@ -2,7 +2,8 @@
 
 A :class:`Sandbox` runs an argv (never a string for a shell to split) in a throwaway copy
 of a work tree and returns an :class:`ExecResult`: the exit code, both output streams
-capped, whether the wall timeout killed it. Backends differ only in how they isolate.
+capped and made safe to display, whether the wall timeout killed it, and which caps were
+enforced. Backends differ only in how they isolate.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Protocol, Self, runtime_checkable
 
 from tether.errors import ConfigError
+from tether.guards.sandbox._cleanup import remove_tree
 
 DEFAULT_ENV: dict[str, str] = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -40,17 +42,26 @@ class SandboxLimits:
     timeout_seconds: float = 300.0
     """Wall-clock limit; past it every process of the command is killed."""
     memory_bytes: int = 1 << 30
-    """Address space of each process (RLIMIT_AS); a container backend caps the total."""
+    """Address space of each process (RLIMIT_AS), and the command's total memory where a
+    memory cgroup binds it (a delegated cgroup v2 controller, or a container engine)."""
     cpu_seconds: int = 300
     """CPU time of each process (RLIMIT_CPU)."""
     file_size_bytes: int = 256 << 20
     """Largest file a process may write (RLIMIT_FSIZE)."""
     max_processes: int = 256
-    """Processes of the sandbox user (RLIMIT_NPROC, per uid), or the container's pids limit."""
+    """Processes of the sandbox user (RLIMIT_NPROC, per uid), and the command's total where
+    a pids cgroup binds it."""
     open_files: int = 1024
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     tmp_bytes: int = 256 << 20
     """Size of the in-memory /tmp."""
+    shm_bytes: int = 64 << 20
+    """Size of the in-memory /dev/shm (bubblewrap)."""
+    work_bytes: int = 1 << 30
+    """Size of the work copy, tree included: bubblewrap keeps the copy in a memory file
+    system of this size, so a command cannot fill the host's disk through it."""
+    cpus: float = 2.0
+    """CPU time per second of wall time, in cores, where a cpu cgroup binds it."""
     max_output_chars: int = 4000
     """Characters kept of each output stream; the rest is counted and dropped."""
 
@@ -59,13 +70,38 @@ class SandboxLimits:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"SandboxLimits.{name} must be positive")
 
-    def ulimit_script(self) -> str:
-        """A bash preamble that sets the per-process caps (soft and hard) then execs "$@"."""
+    def ulimits(self) -> str:
+        """The bash ``ulimit`` command that sets the per-process caps, soft and hard."""
         return (
             f"ulimit -v {self.memory_bytes // 1024} -t {self.cpu_seconds}"
             f" -f {self.file_size_bytes // 1024} -u {self.max_processes}"
-            f' -n {self.open_files} -c 0 || exit 125; exec "$@"'
+            f" -n {self.open_files} -c 0"
         )
+
+    def ulimit_script(self) -> str:
+        """A bash preamble that sets the per-process caps (soft and hard) then execs "$@"."""
+        return f'{self.ulimits()} || exit 125; exec "$@"'
+
+
+@dataclass(frozen=True, slots=True)
+class Enforcement:
+    """Which caps of :class:`SandboxLimits` bind a command here. Some depend on what the
+    host delegates (cgroup v2 controllers), so a backend finds out at run time and says so
+    instead of promising a cap it cannot keep."""
+
+    total_memory: bool = False
+    """``memory_bytes`` caps the command's processes together, not only each one."""
+    total_processes: bool = False
+    """``max_processes`` counts the command's processes, not the sandbox user's."""
+    cpu_share: bool = False
+    """``cpus`` caps the command's CPU time per second."""
+    work_disk: bool = False
+    """``work_bytes`` caps the work copy (the host's disk is out of reach)."""
+    kill: str = "process group"
+    """What ends everything a command started: ``cgroup``, ``pid namespace`` or
+    ``process group`` (a process that calls ``setsid`` escapes the last)."""
+    note: str = ""
+    """One sentence for people and models: what binds, what does not, and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +118,8 @@ class ExecResult:
     """Characters of stdout dropped by the cap (the notice in ``stdout`` says it too)."""
     stderr_omitted: int = 0
     duration_seconds: float = 0.0
+    enforcement: Enforcement | None = None
+    """Which caps bound this command (None: the backend does not say)."""
 
     def to_text(self) -> str:
         """The tool result: ``exit code N``, then stdout, then stderr."""
@@ -110,10 +148,12 @@ class Sandbox(Protocol):
         argv: Sequence[str],
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (the kill is part of the result)
+        stdin: bytes | None = None,
     ) -> ExecResult:
         """Run ``argv`` (a list; ``argv[0]`` is looked up on the sandbox's PATH) in the work
-        copy; ``timeout`` overrides the wall limit. Everything is killed on timeout or
-        cancellation."""
+        copy; ``timeout`` overrides the wall limit; ``stdin`` is what the command reads
+        (default: nothing, end of file). When the command ends, is cancelled or times out,
+        every process it started is killed."""
         ...
 
     async def aclose(self) -> None:
@@ -185,18 +225,11 @@ class WorkCopy:
         return work
 
     def remove(self) -> None:
-        """Delete the copy and everything the sandbox wrote in it."""
+        """Delete the copy and everything the sandbox wrote in it, never following a link
+        out of it, whatever its depth or permissions (see ``_cleanup``)."""
         root, self.root = self.root, None
-        if root is None:
-            return
-        try:
-            shutil.rmtree(root)
-        except OSError:  # a folder the command made unreadable: open it up, then retry
-            os.chmod(root, stat.S_IRWXU)
-            for folder, dirs, _files in os.walk(root):
-                for name in dirs:
-                    os.chmod(os.path.join(folder, name), stat.S_IRWXU)
-            shutil.rmtree(root, ignore_errors=True)
+        if root is not None:
+            remove_tree(root)
 
 
 def _skip_special(

@@ -2,32 +2,33 @@
 
 Each command runs as an unprivileged user in fresh user, PID, network, IPC, UTS and
 cgroup namespaces, on a read-only minimal root (``/usr`` and a few files of ``/etc``),
-with in-memory ``/tmp`` and ``/run``, the work copy as the only writable host folder,
-no capabilities, a seccomp filter and per-process rlimits. See docs/sandbox.md for why
-each flag is there.
+with capped in-memory ``/tmp``, ``/dev/shm`` and ``/run``, the work copy as the only
+other writable folder, no capabilities, a seccomp allowlist and per-process rlimits. The
+work copy lives for the whole session in a memory file system capped at ``work_bytes``
+(see ``_session``); each command's sandbox is made ahead of the command, and everything
+a command starts is killed when it ends. See docs/sandbox.md for why each flag is there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
+import dataclasses
 import os
-import shutil
-import signal
-import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
-from tether.guards.sandbox import seccomp
-from tether.guards.sandbox._exec import execute
+from tether.errors import ConfigError
+from tether.guards.sandbox import _cgroup, seccomp
+from tether.guards.sandbox._hostcheck import enforcement
+from tether.guards.sandbox._hostcheck import probe as _probe
+from tether.guards.sandbox._session import CommandSandbox, Holder, settle
 from tether.guards.sandbox.base import (
-    DEFAULT_ENV,
+    Enforcement,
     ExecResult,
     SandboxLimits,
     SandboxUnavailable,
-    WorkCopy,
-    WorkCopyLifecycle,
     check_argv,
 )
 
@@ -46,9 +47,28 @@ ETC_FILES = (
 """The only parts of the host's /etc the sandbox sees (the loader, tool links, time zone)."""
 _PASSWD = "root:x:0:0:root:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n"
 _GROUP = "root:x:0:\nnogroup:x:65534:\n"
+_RUN_BYTES = 1 << 20
 
 
-class BubblewrapSandbox(WorkCopyLifecycle):
+class SessionCopy:
+    """Where a bubblewrap sandbox's work copy is: a memory file system inside the
+    sandbox's holder, reachable from the host through ``/proc/PID/root`` while open."""
+
+    def __init__(self, source: Path | None, ignore: Sequence[str], mount_point: str) -> None:
+        self.source = source
+        self.ignore = tuple(ignore)
+        self.mount_point = mount_point
+        self.holder_pid: int | None = None
+
+    @property
+    def path(self) -> Path:
+        """The work copy as the host sees it (read it as untrusted: it may hold links)."""
+        if self.holder_pid is None:
+            raise RuntimeError("the work copy is not created yet")
+        return Path(f"/proc/{self.holder_pid}/root") / self.mount_point.lstrip("/")
+
+
+class BubblewrapSandbox:
     """Runs commands with bubblewrap (``bwrap``) in a throwaway copy of ``source``.
 
     ``source=None`` gives an empty work folder. The copy is made on first use (or
@@ -56,7 +76,14 @@ class BubblewrapSandbox(WorkCopyLifecycle):
     ``mount_point`` is where the copy appears inside; ``ro_binds`` maps extra host
     folders read-only (host path -> sandbox path). When tether runs as root, bwrap is
     started as ``uid`` (default nobody) so that the process limit applies and the
-    sandbox owns no host file but its copy.
+    sandbox owns no host file. ``cgroup_parent`` names a delegated cgroup v2 folder for
+    per-command cgroups (default: tether's own cgroup, when it may create children);
+    ``cgroups`` says when to use them: ``None`` (default) only where a memory, pids or
+    cpu controller binds, ``True`` wherever one can be made (for the kill alone: the PID
+    namespace kill already ends everything, and moving a process into a cgroup costs
+    milliseconds), ``False`` never.
+    ``prepare=False`` starts each command's sandbox only when the command comes (slower,
+    one process fewer while idle).
     """
 
     name = "bubblewrap"
@@ -72,46 +99,80 @@ class BubblewrapSandbox(WorkCopyLifecycle):
         ignore: Sequence[str] = (),
         uid: int = NOBODY,
         bwrap: str = "bwrap",
+        cgroup_parent: Path | str | None = None,
+        cgroups: bool | None = None,
+        prepare: bool = True,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.mount_point = mount_point
         self.ro_binds = tuple(ro_binds)
         self.bwrap = bwrap
         self.run_as = uid if os.geteuid() == 0 else None
-        owner = (uid, uid) if self.run_as is not None else None
-        self.work = WorkCopy(
-            Path(source) if source is not None else None, owner=owner, ignore=ignore
-        )
-        self._filter = seccomp.build_filter() if seccomp.supported() else None
-        self._open_lock = asyncio.Lock()
+        self.work = SessionCopy(Path(source) if source is not None else None, ignore, mount_point)
+        self.passwd, self.group = _PASSWD, _GROUP
+        self.prepare = prepare
+        self._cgroup_parent = Path(cgroup_parent) if cgroup_parent is not None else None
+        self._use_cgroups = cgroups
+        self._cgroups: _cgroup.CgroupSupport | None = None
         self._available: bool | None = None
+        self._open_lock = asyncio.Lock()
+        self._holder: Holder | None = None
+        self._ready: CommandSandbox | None = None
+        self._preparing: asyncio.Task[None] | None = None
+        self._running: set[CommandSandbox] = set()
+
+    @property
+    def source(self) -> Path | None:
+        return self.work.source
+
+    @property
+    def ignore(self) -> tuple[str, ...]:
+        return self.work.ignore
+
+    # --- what this host offers -------------------------------------------------------------
 
     def available(self) -> bool:
-        """Whether bwrap is installed and can create its namespaces here (tried once)."""
+        """Whether bwrap, nsenter and libseccomp are here and bwrap can nest its
+        namespaces (tried once)."""
         if self._available is None:
-            self._available = self._filter is not None and _probe(self.bwrap, self.run_as)
+            self._available = seccomp.supported() and _probe(self)
         return self._available
 
-    async def open(self) -> Path:
-        """Create the work copy now (else the first run does); return its host path."""
-        async with self._open_lock:
-            if self.work.root is None:
-                await asyncio.to_thread(self.work.create)
-                assert self.work.root is not None
-                (self.work.root / "passwd").write_text(_PASSWD)
-                (self.work.root / "group").write_text(_GROUP)
-        return self.work.path
+    def seccomp_filter(self) -> bytes:
+        return seccomp.build_filter()
 
-    def argv(
-        self, command: Sequence[str], *, seccomp_fd: int | None, info_fd: int | None = None
-    ) -> list[str]:
-        """The full bwrap command line for ``command`` (pure; tested as such)."""
-        if self.work.root is None:
-            raise RuntimeError("open() the sandbox before building its command line")
+    @property
+    def enforcement(self) -> Enforcement:
+        """Which caps bind here (cgroup delegation is found out once)."""
+        return enforcement(self.limits, self._cgroup_support())
+
+    # --- command lines (pure) --------------------------------------------------------------
+
+    def holder_argv(self, *, info_fd: int, passwd_fd: int, group_fd: int) -> list[str]:
+        """The holder's bwrap options: a user and mount namespace whose work folder is a
+        memory file system capped at ``work_bytes`` (the command follows ``--``)."""
+        args = [self.bwrap, "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+        args += ["--die-with-parent", "--info-fd", str(info_fd)]
+        args += _root_args()
+        for name in ETC_FILES:
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--perms", "0444", "--file", str(passwd_fd), "/etc/passwd"]
+        args += ["--perms", "0444", "--file", str(group_fd), "/etc/group"]
+        for host_path, sandbox_path in self.ro_binds:
+            args += ["--ro-bind", host_path, sandbox_path]
+        # what a nested bwrap needs to build a command sandbox; no command runs here
+        args += ["--bind", "/proc", "/proc", "--dev-bind", "/dev", "/dev", "--dir", "/tmp"]
+        args += ["--size", str(self.limits.work_bytes), "--tmpfs", self.mount_point]
+        args += ["--chdir", self.mount_point]
+        return args
+
+    def sandbox_argv(self, *, seccomp_fd: int | None, info_fd: int | None = None) -> list[str]:
+        """A command sandbox's bwrap options, as run inside the holder (the command
+        follows ``--``)."""
         limits = self.limits
         args = [self.bwrap]
         # namespaces and identity
-        args += ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc"]
+        args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc"]
         args += ["--unshare-uts", "--unshare-cgroup-try", "--disable-userns"]
         args += ["--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox"]
         args += ["--cap-drop", "ALL", "--new-session", "--die-with-parent"]
@@ -121,75 +182,176 @@ class BubblewrapSandbox(WorkCopyLifecycle):
             args += ["--info-fd", str(info_fd)]
         # read-only minimal root
         args += _root_args()
-        for name in ETC_FILES:
+        for name in (*ETC_FILES, "passwd", "group"):
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        args += ["--ro-bind", str(self.work.root / "passwd"), "/etc/passwd"]
-        args += ["--ro-bind", str(self.work.root / "group"), "/etc/group"]
+        for _host_path, sandbox_path in self.ro_binds:
+            args += ["--ro-bind", sandbox_path, sandbox_path]
+        # every writable in-memory mount is capped; /dev itself is read-only
         args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
         args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
-        args += ["--size", str(1 << 20), "--tmpfs", "/run"]
-        for host_path, sandbox_path in self.ro_binds:
-            args += ["--ro-bind", host_path, sandbox_path]
-        # the only writable host folder
-        args += ["--bind", str(self.work.path), self.mount_point, "--chdir", self.mount_point]
-        args += ["--", "/bin/bash", "-c", limits.ulimit_script(), "tether-sandbox", *command]
+        args += ["--size", str(_RUN_BYTES), "--tmpfs", "/run"]
+        # the work copy (the holder's capped memory file system); the root turns read-only
+        args += ["--bind", self.mount_point, self.mount_point, "--remount-ro", "/"]
+        args += ["--chdir", self.mount_point]
         return args
+
+    def argv(
+        self, command: Sequence[str], *, seccomp_fd: int | None, info_fd: int | None = None
+    ) -> list[str]:
+        """The bwrap command line that runs ``command`` in a command sandbox, as run inside
+        the holder (pure; ``run()`` passes the command through a pipe instead)."""
+        script = self.limits.ulimit_script()
+        return [
+            *self.sandbox_argv(seccomp_fd=seccomp_fd, info_fd=info_fd),
+            "--", "/bin/bash", "-c", script, "tether-sandbox", *command,
+        ]  # fmt: skip
+
+    def boot_script(self, *, request_fd: int, close_fds: Sequence[int]) -> str:
+        """What a prepared command sandbox runs: set the rlimits, close tether's
+        descriptors, wait for the argv (NUL-terminated items on ``request_fd``), exec it."""
+        closes = " ".join(f"{fd}>&-" for fd in close_fds)
+        return (
+            f"{self.limits.ulimits()} || exit 125\n"
+            f"exec {closes}\n"
+            f"mapfile -d '' -t argv <&{request_fd} || exit 125\n"
+            f"exec {request_fd}<&-\n"
+            '[ "${#argv[@]}" -gt 0 ] || exit 0\n'
+            'exec "${argv[@]}"\n'
+        )
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    async def open(self) -> Path:
+        """Start the session (the holder and the copy) now, else the first run does;
+        return the copy's host path."""
+        async with self._open_lock:
+            if self._holder is None:
+                source = self.work.source
+                if source is not None and not source.is_dir():
+                    raise ConfigError(f"the sandbox source {source} is not a folder")
+                if not self.available():
+                    raise SandboxUnavailable(_UNAVAILABLE)
+                self._holder = await Holder.start(self)
+                self.work.holder_pid = self._holder.pid
+                self._prepare_next()
+        return self.work.path
 
     async def run(
         self,
         argv: Sequence[str],
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (the kill is part of the result)
+        stdin: bytes | None = None,
     ) -> ExecResult:
         command = check_argv(argv)
         if not self.available():
-            raise SandboxUnavailable(
-                "bubblewrap is not installed (or this CPU has no seccomp filter): "
-                "install the 'bubblewrap' package or choose another sandbox"
-            )
+            raise SandboxUnavailable(_UNAVAILABLE)
         await self.open()
-        seccomp_r, seccomp_w = os.pipe()
-        info_r, info_w = os.pipe()
-        os.set_blocking(info_r, False)
+        started = time.monotonic()
+        sandbox = await self._take()
+        self._running.add(sandbox)
         try:
-            assert self._filter is not None
-            os.write(seccomp_w, self._filter)  # a few hundred bytes: fits the pipe buffer
-            os.close(seccomp_w)
-            seccomp_w = -1
-            argv = self.argv(command, seccomp_fd=seccomp_r, info_fd=info_w)
-            result = await execute(
-                argv,
+            try:
+                await sandbox.send(command)
+            except BaseException:
+                await asyncio.shield(sandbox.discard())
+                raise
+            result = await sandbox.running.collect(
                 timeout=timeout if timeout is not None else self.limits.timeout_seconds,
                 max_chars=self.limits.max_output_chars,
-                env=DEFAULT_ENV,
-                pass_fds=(seccomp_r, info_w),
-                user=self.run_as,
-                group=self.run_as,
-                kill_first=lambda: _kill_namespace(info_r),
+                stdin=stdin,
+                terminate=sandbox.terminate,
+                cleanup=sandbox.kill_all,
+                started=started,
             )
         finally:
-            for fd in (seccomp_r, seccomp_w, info_r, info_w):
-                if fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-        if result.exit_code == 1 and result.stderr.startswith("bwrap:"):
+            self._running.discard(sandbox)
+            self._prepare_next()
+        if result.exit_code == 1 and result.stderr.startswith(("bwrap:", "nsenter:")):
             raise SandboxUnavailable(
                 f"bubblewrap could not create the sandbox: {result.stderr.strip()}"
             )
-        return result
+        return dataclasses.replace(result, enforcement=self.enforcement)
+
+    async def aclose(self) -> None:
+        """Kill every command still running, drop the prepared sandbox, end the holder:
+        the work copy goes with it."""
+        holder, self._holder = self._holder, None
+        self.work.holder_pid = None
+        if self._preparing is not None:  # never cut a start short: it drops what it made
+            await asyncio.wait({self._preparing})
+            self._preparing = None
+        ready, self._ready = self._ready, None
+        if ready is not None:
+            await ready.discard()
+        for sandbox in list(self._running):
+            await sandbox.terminate()
+        if holder is not None:
+            await holder.stop()
+        await settle()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- prepared command sandboxes -------------------------------------------------------
+
+    async def _take(self) -> CommandSandbox:
+        preparing = self._preparing
+        if self._ready is None and preparing is not None and not preparing.done():
+            await asyncio.wait({preparing})  # one being made: quicker than a second one
+        ready, self._ready = self._ready, None
+        if ready is not None and ready.usable():
+            return ready
+        if ready is not None:
+            await ready.discard()
+        return await self._start_sandbox()
+
+    async def _start_sandbox(self) -> CommandSandbox:
+        holder = self._holder
+        if holder is None or not holder.alive():
+            raise SandboxUnavailable("the sandbox's session has ended: open it again")
+        return await CommandSandbox.start(self, holder, self._cgroup_support())
+
+    def _cgroup_support(self) -> _cgroup.CgroupSupport:
+        """Where per-command cgroups are made, found once; none when they are not used."""
+        if self._cgroups is None:
+            found = _cgroup.detect(self._cgroup_parent)
+            use = self._use_cgroups
+            if use is False or (use is None and not found.controllers):
+                reason = found.reason or "per-command cgroups are turned off"
+                found = _cgroup.CgroupSupport(None, frozenset(), reason)
+            self._cgroups = found
+        return self._cgroups
+
+    def _prepare_next(self) -> None:
+        """Start the next command's sandbox in the background, if none is waiting."""
+        if not self.prepare or self._holder is None or self._ready is not None:
+            return
+        if self._preparing is not None and not self._preparing.done():
+            return
+        self._preparing = asyncio.ensure_future(self._prepare())
+
+    async def _prepare(self) -> None:
+        try:
+            sandbox = await self._start_sandbox()
+        except Exception:  # best effort: the next run starts its own, and reports the error
+            return
+        if self._holder is None or self._ready is not None:
+            await sandbox.discard()
+        else:
+            self._ready = sandbox
 
 
-def _kill_namespace(info_fd: int) -> None:
-    """SIGKILL the sandbox's PID 1: the kernel then kills every process of the namespace,
-    and that PID 1 exits only once they are all gone, before bwrap itself exits."""
-    try:
-        info = json.loads(os.read(info_fd, 65536) or b"{}")
-    except (OSError, ValueError):
-        return  # not started yet: killing bwrap's group is enough (--die-with-parent)
-    pid = info.get("child-pid")
-    if isinstance(pid, int) and pid > 1:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+_UNAVAILABLE = (
+    "bubblewrap cannot isolate commands here (it, nsenter or libseccomp is missing, or user "
+    "namespaces are disabled): install the Debian packages 'bubblewrap' and 'libseccomp2' "
+    "or choose another sandbox"
+)
 
 
 def _root_args() -> list[str]:
@@ -202,19 +364,3 @@ def _root_args() -> list[str]:
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
     return args
-
-
-def _probe(bwrap: str, run_as: int | None) -> bool:
-    """Start an empty sandbox with the same namespaces: user namespaces may be disabled."""
-    if shutil.which(bwrap) is None:
-        return False
-    argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--disable-userns"]
-    argv += [*_root_args(), "--chdir", "/", "--", "/usr/bin/true"]
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, timeout=10, check=False, user=run_as, group=run_as,
-            extra_groups=[] if run_as is not None else None,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from typing import Literal
 from tether.guards.sandbox._exec import execute
 from tether.guards.sandbox.base import (
     DEFAULT_ENV,
+    Enforcement,
     ExecResult,
     SandboxLimits,
     SandboxUnavailable,
@@ -77,11 +79,15 @@ class ContainerSandbox(WorkCopyLifecycle):
             self._available = _engine_answers(self.engine)
         return self._available
 
-    def argv(self, command: Sequence[str], *, name: str, timeout: float) -> list[str]:
-        """The engine command line for ``command`` in a container called ``name`` (pure)."""
+    def argv(
+        self, command: Sequence[str], *, name: str, timeout: float, stdin: bool = False
+    ) -> list[str]:
+        """The engine command line for ``command`` in a container called ``name`` (pure);
+        ``stdin`` keeps the container's stdin open (``-i``) for data to read."""
         limits = self.limits
         return [
             self.engine, "run", "--rm", "--name", name, "--pull", "never",
+            *(["-i"] if stdin else []),
             "--network", "none",  # nothing to exfiltrate, nothing to download
             "--read-only",  # only /tmp, /run and the work copy are writable
             "--tmpfs", f"/tmp:rw,nosuid,nodev,size={limits.tmp_bytes}",
@@ -107,6 +113,7 @@ class ContainerSandbox(WorkCopyLifecycle):
         argv: Sequence[str],
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (the kill is part of the result)
+        stdin: bytes | None = None,
     ) -> ExecResult:
         command = check_argv(argv)
         if not self.available():
@@ -121,12 +128,31 @@ class ContainerSandbox(WorkCopyLifecycle):
         async def remove() -> None:
             await _remove_container(self.engine, name)
 
-        return await execute(
-            self.argv(command, name=name, timeout=wall),
+        result = await execute(
+            self.argv(command, name=name, timeout=wall, stdin=stdin is not None),
             timeout=wall + 10,  # the in-container timeout fires first; this is the backstop
             max_chars=self.limits.max_output_chars,
             env={**DEFAULT_ENV, **_engine_env()},
+            stdin=stdin,
             on_kill=remove,
+        )
+        return dataclasses.replace(result, enforcement=self.enforcement)
+
+    @property
+    def enforcement(self) -> Enforcement:
+        """The engine's cgroup caps the container's memory, processes and CPU; the work
+        copy is a host folder, so its size is not capped."""
+        return Enforcement(
+            total_memory=True,
+            total_processes=True,
+            cpu_share=True,
+            work_disk=False,
+            kill="cgroup",
+            note=(
+                f"Caps: wall time {self.limits.timeout_seconds:g} s, memory, processes and "
+                f"{self.cpus:g} CPUs in total (the engine's cgroup). Not capped: the work "
+                "copy's size (a host folder)."
+            ),
         )
 
 

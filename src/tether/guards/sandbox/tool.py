@@ -7,11 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import InvalidArguments, ToolFailure
-from tether.guards.sandbox.base import Sandbox, SandboxLimits, SandboxUnavailable
+from tether.guards.sandbox.base import Enforcement, Sandbox, SandboxLimits, SandboxUnavailable
 from tether.guards.sandbox.bwrap import BubblewrapSandbox
 from tether.guards.sandbox.container import ContainerSandbox
 from tether.guards.sandbox.host import HostExecution
 from tether.tools import RunContext, Tool, ToolSpec
+
+MAX_COMMAND_BYTES = 1_000_000
+"""The longest command the shell tool accepts (UTF-8 bytes)."""
+ARGV_COMMAND_BYTES = 100_000
+"""Longer commands travel on stdin: Linux caps one exec argument at 128 KiB."""
+_FROM_STDIN = 'c=$(cat; echo .); c=${c%.}; exec </dev/null; eval "$c"'
+"""Read the whole command from stdin, give the command no stdin (like a short one), run it."""
 
 NO_ISOLATION = (
     "no sandbox can isolate commands on this machine: install bubblewrap (Debian package "
@@ -46,7 +53,8 @@ def select_sandbox(
 
 
 class ShellTool(Tool):
-    """Runs the model's ``command`` as one argument of ``bash -c`` in a sandbox."""
+    """Runs the model's ``command`` as one argument of ``bash -c --`` in a sandbox (a
+    command over 100 kB is passed on stdin instead; over 1 MB it is refused)."""
 
     def __init__(
         self,
@@ -70,6 +78,8 @@ class ShellTool(Tool):
             if sandbox.isolated
             else "directly on the host, unconfined, in a copy of the work tree"
         )
+        enforcement = getattr(sandbox, "enforcement", None)
+        caps = f" {enforcement.note}" if isinstance(enforcement, Enforcement) else ""
         text = description or (
             f"Runs a bash command {where}. "
             "Use it to read, search, build and test the code; a command that downloads "
@@ -77,7 +87,9 @@ class ShellTool(Tool):
             f"The command is killed after {limits.timeout_seconds:g} seconds, and each of "
             f"stdout and stderr is cut at {limits.max_output_chars} characters, so filter "
             "at the source (grep, head, wc). "
-            "It returns 'exit code N', then stdout, then stderr."
+            "It returns 'exit code N', then stdout, then stderr; control characters in "
+            "the output are shown as escapes (\\x1b), invalid UTF-8 as \\xNN."
+            f"{caps}"
         )
         self.spec = ToolSpec(
             name,
@@ -88,8 +100,8 @@ class ShellTool(Tool):
                     "command": {
                         "type": "string",
                         "minLength": 1,
-                        "description": "The bash command, run as `bash -c COMMAND` in the "
-                        "work copy, for example: grep -rn TODO src",
+                        "description": "The bash command, run as `bash -c -- COMMAND` in "
+                        "the work copy, for example: grep -rn TODO src",
                     }
                 },
                 "required": ["command"],
@@ -105,13 +117,27 @@ class ShellTool(Tool):
             problems.insert(0, "command: a non-empty string is required")
         elif "\0" in command:
             problems.insert(0, "command: NUL bytes are not allowed")
+        elif len(encoded := command.encode(errors="surrogatepass")) > MAX_COMMAND_BYTES:
+            problems.insert(
+                0,
+                f"command: {len(encoded):,} bytes, over the {MAX_COMMAND_BYTES:,}-byte limit; "
+                "write a long script to a file in several commands, then run the file",
+            )
         if problems:
             raise InvalidArguments(self.spec.name, problems)
         assert isinstance(command, str)
         try:
-            result = await self.sandbox.run(["bash", "-c", command])
+            if len(encoded) <= ARGV_COMMAND_BYTES:
+                result = await self.sandbox.run(["bash", "-c", "--", command])
+            else:
+                result = await self.sandbox.run(["bash", "-c", _FROM_STDIN], stdin=encoded)
         except SandboxUnavailable as exc:
             raise ToolFailure(f"the shell is unavailable: {exc}") from None
+        except OSError as exc:
+            raise ToolFailure(
+                f"the command could not be started ({exc.strerror or exc}); "
+                "try a shorter or simpler command"
+            ) from None
         return result.to_text()
 
 

@@ -1,0 +1,398 @@
+"""The default call policy: decide each call from declarations and provenance.
+
+:class:`ProvenancePolicy` implements the core's ``CallPolicy`` protocol (``begin`` /
+``rule`` / ``record``). It reads what each tool declares (``effect``, argument ``roles``,
+``third_party`` result fields) and where each argument value came from (the run's
+:class:`~tether.guards.store.ProvenanceStore`), and returns one
+:class:`~tether.rulings.Ruling` per call. The rules, from the strictest:
+
+* **deny, never approvable**: a value read through a credential-class tool in an outward
+  argument (any argument of a ``communicate`` tool, a counterparty or content argument of
+  any tool); with ``scoped=True``, a counterparty or object the user, the application
+  or its registry did not name, so no approval can unlock it;
+* **ask** (``strict=True``: deny): on a call with a side effect, a counterparty that did not
+  come from the user, the application or its registry (``known_counterparty``);
+* **ask**: a ``money`` or ``destructive`` action (``object_effects``) on an object the user
+  did not name that was first seen in third-party text, mentioned by one, or never seen;
+* **ask**: such an action on any object the user did not name, once third-party text in the
+  run reads like instructions (:func:`~tether.guards.instructions.flag_instructions`);
+* **ask**: content that carries a link, address or account number that is not from the
+  user, the application or a system-of-record field;
+* **ask**: a credential argument that the user or the application did not give.
+
+An approval granted in a run is remembered for the same counterparty and object. Asking
+stops after ``max_prompts`` prompts in a run: further asks are denied, and said so.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tether.guards.instructions import INSTRUCTION_REASONS, flag_instructions
+from tether.guards.normalize import decodings, disguised, plausible, value_keys, values
+from tether.guards.store import UNTRUSTED, ProvenanceStore, Seen
+from tether.labels import read_label
+from tether.messages import Message, Text, ToolCall, ToolResult
+from tether.rulings import Ruling
+from tether.tools import RunContext, Tool
+
+__all__ = ["OUTWARD", "ProvenancePolicy"]
+
+OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructive"})
+NAMED: frozenset[str] = frozenset({"user", "application"})
+_CONTENT_KINDS = frozenset({"email", "url", "iban"})
+_MAX_FLAGS = 200
+KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Finding:
+    action: str  # "ask" | "deny"
+    rule: str
+    argument: str
+    reason: str
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ProvenancePolicy:
+    """The default policy (see the module doc); every field is an override."""
+
+    known_counterparty: KnownCounterparty | None = None
+    """The application's registry: ``True`` when ``value`` is a counterparty it knows
+    (a contact, a payee, a workspace member)."""
+    application: Callable[[RunContext[Any]], Iterable[str]] | None = None
+    """Values the application vouches for in this run (authenticated account, records)."""
+    strict: bool = False
+    """A counterparty from anywhere else is denied instead of asked."""
+    scoped: bool = False
+    """Counterparties and objects must be named by the user, the application or the
+    registry: nothing else can be approved."""
+    max_prompts: int | None = 5
+    """Most approval prompts in one run; past it, a call that would ask is denied."""
+    object_effects: frozenset[str] = frozenset({"money", "destructive"})
+    """Effects whose objects must not come from third-party text."""
+
+    # --- CallPolicy ----------------------------------------------------------------------
+
+    def begin(self, messages: Sequence[Message], ctx: RunContext[Any]) -> None:
+        """Record the user's prompt and the application's values for a new run."""
+        store = ProvenanceStore.of(ctx)
+        for m in messages:
+            if m.role == "user":
+                for part in m.parts:
+                    if isinstance(part, Text):
+                        store.add_text(part.text, "user", "the user's prompt")
+        if self.application is not None:
+            for value in self.application(ctx):
+                store.add_value(str(value), "application", "the application")
+        store.data.setdefault("prompts", 0)
+
+    async def rule(self, tool: Tool, call: ToolCall, ctx: RunContext[Any]) -> Ruling:
+        """One ruling for ``call``, computed before it runs."""
+        store = ProvenanceStore.of(ctx)
+        findings = [f async for f in self._findings(tool, call, ctx, store)]
+        details = self._details(tool, call, ctx, store)
+        denied = [f for f in findings if f.action == "deny"]
+        if denied:
+            return Ruling("deny", denied[0].reason, denied[0].rule, details)
+        granted = set(store.data.get("granted", ()))
+        asks = [f for f in findings if not (f.keys and set(f.keys) <= granted)]
+        if not asks:
+            return Ruling("allow")
+        prompts = int(store.data.get("prompts", 0))
+        if self.max_prompts is not None and prompts >= self.max_prompts:
+            reason = (
+                f"{asks[0].reason}; this run already asked for {prompts} approvals, the most "
+                "allowed, so it is refused: start a new task to go on"
+            )
+            return Ruling("deny", reason, "provenance.prompt_cap", details)
+        store.data["prompts"] = prompts + 1
+        keys = sorted({k for f in asks for k in f.keys})
+        store.data.setdefault("asked", {})[call.id] = keys
+        details = {**details, "prompt": prompts + 1, "max_prompts": self.max_prompts}
+        reason = "; ".join(dict.fromkeys(f.reason for f in asks))
+        return Ruling("ask", reason, asks[0].rule, details)
+
+    def record(self, tool: Tool, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> None:
+        """After a call ran: remember an approval it had, and record what it returned."""
+        store = ProvenanceStore.of(ctx)
+        asked = store.data.get("asked", {})
+        if call.id in asked:
+            granted = store.data.setdefault("granted", [])
+            granted.extend(k for k in asked.pop(call.id) if k not in granted)
+        if result.is_error:
+            return
+        _record_result(store, tool, result.content)
+
+    # --- helpers -------------------------------------------------------------------------
+
+    @staticmethod
+    def prompts(ctx: RunContext[Any]) -> int:
+        """How many approval prompts this run has raised so far."""
+        return int(ProvenanceStore.of(ctx).data.get("prompts", 0))
+
+    async def _known(self, value: str, ctx: RunContext[Any]) -> bool:
+        if self.known_counterparty is None:
+            return False
+        answer = self.known_counterparty(value, ctx)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return answer is True
+
+    async def _findings(
+        self, tool: Tool, call: ToolCall, ctx: RunContext[Any], store: ProvenanceStore
+    ) -> Any:
+        effect = tool.effect
+        side = effect in OUTWARD
+        for name, value in call.arguments.items():
+            role = tool.roles.get(name)
+            outward = effect == "communicate" or role in ("counterparty", "content")
+            for text in _strings(value):
+                named = store.trusted(text) if role in ("counterparty", "object") else None
+                is_named = named is not None and named.origin in NAMED
+                known = False
+                if outward:
+                    leak = store.untrusted(text, {"credential"}) or (
+                        store.copied(text, {"credential"})
+                    )
+                    if leak:
+                        yield _Finding(
+                            "deny",
+                            "provenance.credential",
+                            name,
+                            f"{name} carries a value read through a credential tool; "
+                            "it can never be sent out",
+                        )
+                if role in ("counterparty", "object") and (side or role == "counterparty"):
+                    known = role == "counterparty" and await self._known(text, ctx)
+                    if self.scoped and not (is_named or known):
+                        yield _Finding(
+                            "deny",
+                            "provenance.scope",
+                            name,
+                            f"{name} {text!r} is outside this task's scope (not named by the "
+                            "user or the application); no approval can allow it",
+                        )
+                        continue
+                if side and role == "counterparty" and not (is_named or known):
+                    yield _Finding(
+                        "deny" if self.strict else "ask",
+                        "provenance.counterparty",
+                        name,
+                        f"{name} {text!r} was not given by the user or the application "
+                        f"({_origin(store, text)})",
+                        _grant_keys(text),
+                    )
+                by_user = named is not None and named.origin == "user"
+                if role == "object" and effect in self.object_effects and not by_user:
+                    first = store.first(text)
+                    clean = first is not None and not store.mentioned_by(text)
+                    if clean and _instructed(store):
+                        yield _Finding(
+                            "ask",
+                            "provenance.object_after_instructions",
+                            name,
+                            f"{effect} action on {name} {text!r}, which the user did not name, "
+                            "after third-party text that reads like instructions",
+                            _grant_keys(text),
+                        )
+                    elif not clean:
+                        yield _Finding(
+                            "ask",
+                            "provenance.object",
+                            name,
+                            f"{effect} action on {name} {text!r}, which "
+                            f"{_object_origin(store, text)}",
+                            _grant_keys(text),
+                        )
+                if side and role == "content":
+                    for v in _content_values(text):
+                        if store.trusted(v) is None and not await self._known(v, ctx):
+                            yield _Finding(
+                                "ask",
+                                "provenance.content",
+                                name,
+                                f"{name} carries {v!r}, which did not come from the user, "
+                                f"the application or a system of record ({_origin(store, v)})",
+                                _grant_keys(v),
+                            )
+                if side and role == "credential":
+                    named = store.trusted(text)
+                    if named is None or named.origin not in NAMED:
+                        yield _Finding(
+                            "ask",
+                            "provenance.credential_argument",
+                            name,
+                            f"{name} is a credential the user did not give",
+                            _grant_keys(text),
+                        )
+
+    def _details(
+        self, tool: Tool, call: ToolCall, ctx: RunContext[Any], store: ProvenanceStore
+    ) -> dict[str, Any]:
+        arguments: dict[str, Any] = {}
+        sources: set[str] = set()
+        for name, value in call.arguments.items():
+            texts = list(_strings(value))
+            origins = [_origin(store, t) for t in texts]
+            for t in texts:
+                sources.update(s.source for s in store.untrusted(t))
+            arguments[name] = {
+                "value": _short(value),
+                "role": tool.roles.get(name),
+                "origin": "; ".join(dict.fromkeys(origins)) if origins else "not text",
+            }
+        flags = store.data.get("flags", [])
+        chosen = [f for f in flags if f[0] in sources] or flags[-5:]
+        return {
+            "effect": tool.effect,
+            "arguments": arguments,
+            "flags": [{"source": s, "quote": q, "reason": r} for s, q, r in chosen[:20]],
+        }
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        if value.strip():
+            yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
+
+
+def _short(value: Any) -> Any:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _grant_keys(text: str) -> tuple[str, ...]:
+    return tuple(sorted(k for k in value_keys(text) if not k.startswith(("host:", "tail:"))))
+
+
+def _content_values(text: str) -> list[str]:
+    found = {v.key: v.text for v in values(text) if v.kind in _CONTENT_KINDS}
+    for v in values(text):
+        if v.kind == "number" and len(v.key) >= 4 + 9:
+            found.setdefault(v.key, v.text)
+    for how, plain in decodings(text):
+        for v in values(plain):
+            blind = how in ("reversed", "rot13")
+            if v.kind in _CONTENT_KINDS and (not blind or plausible(v)):
+                found.setdefault(v.key, v.text)
+    return list(found.values())
+
+
+def _describe(hits: Iterable[Seen]) -> str:
+    return "; ".join(dict.fromkeys(h.describe() for h in hits))
+
+
+def _origin(store: ProvenanceStore, text: str) -> str:
+    first = store.first(text)
+    if first is not None and disguised(text):
+        return f"written with look-alike or invisible characters to resemble {first.describe()}"
+    if first is not None and first.origin not in UNTRUSTED:
+        return first.describe()
+    hits = store.untrusted(text)
+    if hits:
+        return "from " + _describe(hits)
+    return "not seen in this run: written by the model"
+
+
+def _object_origin(store: ProvenanceStore, text: str) -> str:
+    hits = store.untrusted(text)
+    if hits:
+        return f"came from {_describe(hits)}"
+    if store.first(text) is None:
+        return "was never seen in this run"
+    return "third-party text also mentions"
+
+
+# --- recording results ---------------------------------------------------------------------
+
+
+def _record_result(store: ProvenanceStore, tool: Tool, content: str) -> None:
+    source = tool.name
+    if tool.effect == "credential":
+        store.add_text(content, "credential", source)
+        return
+    mark = read_label(content)
+    if mark is not None:
+        inner = _label_content(content)
+        origin = "system" if mark.trusted else "third_party"
+        store.add_text(inner, origin, mark.source)  # type: ignore[arg-type]
+        if origin == "third_party":
+            _flag(store, inner, mark.source)
+        return
+    try:
+        doc = json.loads(content)
+    except ValueError:
+        doc = None
+    if doc is None or not isinstance(doc, dict | list):
+        if tool.effect is None or tool.third_party:  # undeclared or unreadable: fail closed
+            store.add_text(content, "third_party", source)
+            _flag(store, content, source)
+        else:
+            store.add_value(content, "system", source)
+        return
+    paths = tuple(p.strip(".") for p in tool.third_party)
+    later: list[tuple[str, str]] = []
+    for path, text in _fields(doc, ""):
+        if tool.effect is None or _under(path, paths):
+            later.append((path, text))
+        else:
+            store.add_value(text, "system", f"{source}: {path}" if path else source)
+    for path, text in later:  # system fields first: the same result names them first
+        where = f"{source}: {path}" if path else source
+        store.add_text(text, "third_party", where)
+        _flag(store, text, where)
+
+
+def _label_content(content: str) -> str:
+    try:
+        inner = json.loads(content)["content"]
+    except (ValueError, KeyError, TypeError):
+        return content  # an unreadable label: the whole text, untrusted
+    return inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
+
+
+def _fields(node: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            yield from _fields(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _fields(v, path)
+    elif isinstance(node, str):
+        if node.strip():
+            yield path, node
+    elif isinstance(node, int | float) and not isinstance(node, bool):
+        yield path, str(node)
+
+
+def _under(path: str, paths: tuple[str, ...]) -> bool:
+    return any(p in ("*", "") or path == p or path.startswith(p + ".") for p in paths)
+
+
+def _instructed(store: ProvenanceStore) -> bool:
+    """Whether third-party text read in this run holds instruction-like phrases."""
+    return any(reason in INSTRUCTION_REASONS for _, _, reason in store.data.get("flags", ()))
+
+
+def _flag(store: ProvenanceStore, text: str, source: str) -> None:
+    flags = store.data.setdefault("flags", [])
+    for f in flag_instructions(text):
+        if len(flags) >= _MAX_FLAGS:
+            return
+        entry = [source, f.quote[:200], f.reason]
+        if entry not in flags:
+            flags.append(entry)

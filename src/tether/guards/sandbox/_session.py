@@ -1,0 +1,372 @@
+"""The bubblewrap session: a holder that keeps the work copy, and command sandboxes
+started inside it, one made ready ahead of the next command.
+
+The **holder** is a bwrap with only a user and a mount namespace. Its work folder is a
+memory file system capped at ``work_bytes``, filled from a tar stream of the source. No
+command runs in it: it only keeps the copy alive between commands, and gives each
+command sandbox the folders to bind.
+
+A **command sandbox** is entered into the holder's namespaces with ``nsenter`` and is a
+complete, fresh bubblewrap sandbox (its own user, PID, network, IPC, UTS and cgroup
+namespaces, mounts, seccomp filter): each command gets a new one, as before; only the
+copy is shared. It is started ahead of time, waits for its argv on a pipe, and when it
+gets it runs the command; its PID 1 is known (``--info-fd``) and held by a pidfd before
+the command starts, so that when the command ends (or is cancelled, or times out) its
+whole PID namespace, and its cgroup where there is one, is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import ConfigError
+from tether.guards.sandbox._cgroup import CgroupSupport, CommandCgroup, kill_folder, own_scope_of
+from tether.guards.sandbox._copy import write_tree
+from tether.guards.sandbox._exec import Running, start
+from tether.guards.sandbox._systemd import scope_argv
+from tether.guards.sandbox.base import DEFAULT_ENV, SandboxUnavailable
+
+if TYPE_CHECKING:
+    from tether.guards.sandbox.bwrap import BubblewrapSandbox
+
+_KILL_WAIT_S = 5.0
+_HOLD = (
+    "tar -x -f - -p --no-same-owner --delay-directory-restore <&{fd} || exit 3; "
+    "exec {fd}<&-; echo ready; read -r _"
+)
+"""The holder: unpack the tree from ``fd``, say so, wait until stdin closes."""
+
+
+class Holder:
+    """The bwrap that holds the work copy (a size-capped memory file system)."""
+
+    def __init__(self, running: Running, pid: int, pidfd: int, ns_fds: tuple[int, int]) -> None:
+        self.running = running
+        self.pid = pid
+        """The process inside the holder's namespaces (a host PID: no PID namespace)."""
+        self.pidfd = pidfd
+        self.ns_fds = ns_fds
+        """Descriptors of its user and mount namespaces, for ``nsenter``."""
+
+    @classmethod
+    async def start(cls, box: BubblewrapSandbox) -> Holder:
+        info_r, info_w = os.pipe()
+        tar_r, tar_w = os.pipe()
+        data = [_data_fd(text) for text in (box.passwd, box.group)]
+        argv = box.holder_argv(info_fd=info_w, passwd_fd=data[0], group_fd=data[1])
+        argv += ["--", "/bin/bash", "-c", _HOLD.format(fd=tar_r), "tether-holder"]
+        try:
+            running = await start(
+                argv,
+                env=DEFAULT_ENV,
+                pass_fds=(info_w, tar_r, *data),
+                user=box.run_as,
+                group=box.run_as,
+            )
+        finally:
+            for fd in (info_w, tar_r, *data):
+                os.close(fd)
+        try:
+            copying = asyncio.to_thread(write_tree, box.source, box.ignore, tar_w)
+            tar_w = -1
+            copied = asyncio.ensure_future(copying)
+            pid = await _read_child_pid(info_r)
+            pidfd = os.pidfd_open(pid)  # bwrap waits for it: not reaped, not reused
+            assert running.process.stdout is not None
+            line = await running.process.stdout.readline()
+            if line.strip() != b"ready":
+                await asyncio.wait({copied})
+                if (failed := copied.exception()) is not None and not isinstance(
+                    failed, BrokenPipeError
+                ):
+                    raise failed  # the source could not be read: say which file
+                await running.wait_exit(_KILL_WAIT_S)
+                raise _holder_failure(box, await _stderr(running))
+            await copied
+            ns_fds = (
+                os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC),
+                os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC),
+            )
+        except BaseException:
+            running.kill_group()
+            running.transport.close()
+            raise
+        finally:
+            os.close(info_r)
+            if tar_w >= 0:
+                os.close(tar_w)
+        return cls(running, pid, pidfd, ns_fds)
+
+    def nsenter_argv(self) -> list[str]:
+        """Enter the holder's user and mount namespaces, keeping tether's uid."""
+        user_fd, mnt_fd = self.ns_fds
+        return [
+            "nsenter",
+            f"--user=/proc/self/fd/{user_fd}",
+            f"--mount=/proc/self/fd/{mnt_fd}",
+            "--preserve-credentials",
+            "--",
+        ]
+
+    def alive(self) -> bool:
+        return not self.running.exited.done()
+
+    async def stop(self) -> None:
+        """End the holder; the memory file system, and the copy, go with it."""
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        self.running.kill_group()
+        await _wait_readable(self.pidfd, _KILL_WAIT_S)  # readable once it has exited
+        await self.running.wait_exit(_KILL_WAIT_S)
+        self.running.transport.close()
+        for fd in (self.pidfd, *self.ns_fds):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class CommandSandbox:
+    """One fresh command sandbox, started ahead and waiting for its argv."""
+
+    def __init__(
+        self, running: Running, request_fd: int, info_fd: int, cgroup: CommandCgroup | None
+    ) -> None:
+        self.running = running
+        self.cgroup = cgroup
+        self._request_fd = request_fd
+        self._info_fd = info_fd
+        self._scoped = False
+        self._pid1: asyncio.Future[int | None] = asyncio.ensure_future(self._learn_pid1())
+        self._pidfd: int | None = None
+        self._scope: Path | None = None
+        """The systemd scope the command runs in, if any."""
+
+    @classmethod
+    async def start(
+        cls, box: BubblewrapSandbox, holder: Holder, cgroups: CgroupSupport
+    ) -> CommandSandbox:
+        request_r, request_w = os.pipe()
+        info_r, info_w = os.pipe()
+        seccomp_fd = _data_fd(box.seccomp_filter())
+        child_fds = [request_r, info_w, seccomp_fd]
+        cgroup = CommandCgroup(cgroups, box.limits) if cgroups.parent is not None else None
+        gate_r = gate_w = -1
+        if cgroup is not None:
+            gate_r, gate_w = os.pipe()
+            child_fds.append(gate_r)
+        boot = box.boot_script(request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds])
+        argv = [
+            *holder.nsenter_argv(),
+            *box.sandbox_argv(seccomp_fd=seccomp_fd, info_fd=info_w),
+            "--", "/bin/bash", "-c", boot, "tether-sandbox",
+        ]  # fmt: skip
+        if cgroup is not None:  # join the cgroup before anything forks
+            argv = ["/bin/bash", "-c", f'read -r _ <&{gate_r} && exec "$@"', "gate", *argv]
+        elif cgroups.systemd is not None:  # systemd-run joins its scope, then execs
+            argv = [*scope_argv(cgroups.systemd, box.limits), *argv]
+        try:
+            running = await start(
+                argv,
+                env=DEFAULT_ENV,
+                pass_fds=(*child_fds, *holder.ns_fds),
+                user=box.run_as,
+                group=box.run_as,
+            )
+            if cgroup is not None:
+                cgroup.adopt(running.pid)
+                os.write(gate_w, b"go\n")
+        except BaseException:
+            os.close(request_w)
+            os.close(info_r)
+            if cgroup is not None:
+                await cgroup.remove()
+            raise
+        finally:
+            for fd in (*child_fds, gate_w):
+                if fd >= 0:
+                    os.close(fd)
+        sandbox = cls(running, request_w, info_r, cgroup)
+        sandbox._scoped = cgroups.systemd is not None
+        return sandbox
+
+    def usable(self) -> bool:
+        """Not started a command yet, and still alive."""
+        return self._request_fd >= 0 and not self.running.exited.done()
+
+    async def send(self, argv: Sequence[str]) -> bool:
+        """Give the sandbox its argv (it starts right away). False when the sandbox died
+        before it could take it (its stderr says why)."""
+        pid1 = await self._pid1
+        fd, self._request_fd = self._request_fd, -1
+        if pid1 is None:
+            os.close(fd)
+            return False
+        try:
+            await _write_all(fd, b"".join(arg.encode() + b"\0" for arg in argv))
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        finally:
+            os.close(fd)
+        return True
+
+    async def kill_all(self, *, remove_cgroup: bool = False) -> None:
+        """Kill the sandbox's PID 1, hence its whole PID namespace, and its cgroup; wait
+        until PID 1 is gone (it exits last of its namespace). The emptied cgroup is
+        removed in the background, or now with ``remove_cgroup``."""
+        if self._request_fd >= 0:
+            os.close(self._request_fd)  # an unused sandbox: its boot script exits
+            self._request_fd = -1
+        if not self._pid1.done():  # bwrap reports it right after making it: wait for it
+            await asyncio.wait({self._pid1}, timeout=_KILL_WAIT_S)
+        if not self._pid1.done():
+            self._pid1.cancel()
+            await asyncio.wait({self._pid1})  # its own cleanup runs; never raises here
+        self._close_info()
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        if self._scope is not None:
+            kill_folder(self._scope)
+        if self._pidfd is not None:
+            await _wait_readable(self._pidfd, _KILL_WAIT_S)  # PID 1 exits last of its namespace
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self.cgroup is not None:
+            if remove_cgroup:
+                await self.cgroup.remove()
+            else:
+                _background(self.cgroup.remove())
+
+    async def terminate(self) -> None:
+        """Timeout or cancellation: kill everything, bwrap included."""
+        await self.kill_all(remove_cgroup=True)
+        self.running.kill_group()
+        await self.running.wait_exit(_KILL_WAIT_S)
+
+    async def discard(self) -> None:
+        """Drop an unused sandbox."""
+        await self.terminate()
+        self.running.transport.close()
+
+    async def _learn_pid1(self) -> int | None:
+        try:
+            pid = await _read_child_pid(self._info_fd)
+        except (OSError, ValueError):
+            return None
+        finally:
+            self._close_info()
+        # bwrap has not reaped it (it waits for our argv): the pid is still that process
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        if self._scoped:
+            self._scope = own_scope_of(pid)
+        return pid
+
+    def _close_info(self) -> None:
+        if self._info_fd >= 0:
+            os.close(self._info_fd)
+            self._info_fd = -1
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _background(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` without waiting for it (kept referenced until it is done)."""
+    task = asyncio.ensure_future(work)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def settle() -> None:
+    """Wait for the background removals started so far (cgroups of ended commands) on
+    this event loop."""
+    loop = asyncio.get_running_loop()
+    if pending := {task for task in _BACKGROUND if task.get_loop() is loop}:
+        await asyncio.wait(pending)
+
+
+def _data_fd(data: str | bytes) -> int:
+    """A pipe's read end that holds ``data`` (at most a pipe buffer: 64 KiB)."""
+    read, write = os.pipe()
+    try:
+        os.write(write, data.encode() if isinstance(data, str) else data)
+    finally:
+        os.close(write)
+    return read
+
+
+async def _read_child_pid(fd: int) -> int:
+    """The ``child-pid`` bwrap writes to its ``--info-fd`` once the sandbox exists."""
+    buffer = b""
+    while True:
+        await _wait_readable(fd, None)
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise ValueError("bwrap ended before it reported its sandbox")
+        buffer += chunk
+        with contextlib.suppress(ValueError):
+            pid = json.loads(buffer)["child-pid"]
+            if isinstance(pid, int) and pid > 1:
+                return pid
+            raise ValueError("bwrap reported no child pid")
+
+
+async def _wait_readable(fd: int, timeout: float | None) -> None:  # noqa: ASYNC109
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _resolve, ready)
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ready, timeout)
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _write_all(fd: int, data: bytes) -> None:
+    os.set_blocking(fd, False)
+    loop = asyncio.get_running_loop()
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(fd, _resolve, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_writer(fd)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _stderr(running: Running) -> str:
+    stream = running.process.stderr
+    if stream is None:
+        return ""
+    with contextlib.suppress(TimeoutError):
+        return (await asyncio.wait_for(stream.read(4000), 1)).decode(errors="replace")
+    return ""
+
+
+def _holder_failure(box: BubblewrapSandbox, stderr: str) -> Exception:
+    if "No space left on device" in stderr or "Wrote only" in stderr:
+        return ConfigError(
+            f"the work tree does not fit in the sandbox's work space (SandboxLimits."
+            f"work_bytes = {box.limits.work_bytes:,} bytes): raise it, or ignore large folders"
+        )
+    return SandboxUnavailable(f"bubblewrap could not create the sandbox: {stderr.strip()}")

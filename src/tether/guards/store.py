@@ -1,0 +1,230 @@
+"""The run's provenance store: every value that entered the run, and where it came from.
+
+The store lives in ``ctx.memo`` (plain JSON data), so it travels in the run state and a
+resumed run needs no rebuild. Origins:
+
+* ``user``: the user's prompt; ``application``: what the application vouches for (the
+  authenticated account, its known records);
+* ``system``: a system-of-record field of a tool result (an order's number, a mail's id);
+* ``third_party``: a field written by someone else (a mail's body, a review, a ticket);
+* ``credential``: anything read through a credential-class tool.
+
+A value keeps the origin it was *first* seen with: a value named in a mail and then read
+back from a system of record stays third-party. Matching is normalised
+(:mod:`tether.guards.normalize`), sees through simple disguises (spelled out, split,
+encoded), and finds copied spans of third-party free text (windows of six words).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tether.guards.normalize import (
+    compact,
+    decodings,
+    digits,
+    disguised,
+    fold,
+    plausible,
+    value_keys,
+    values,
+)
+from tether.tools import RunContext
+
+__all__ = ["MEMO_KEY", "TRUSTED", "Origin", "ProvenanceStore", "Seen"]
+
+Origin = Literal["user", "application", "system", "third_party", "credential"]
+TRUSTED: frozenset[str] = frozenset({"user", "application", "system"})
+UNTRUSTED: frozenset[str] = frozenset({"third_party", "credential"})
+MEMO_KEY = "tether.provenance"
+WINDOW = 6
+_MAX_TEXTS = 256
+_MAX_CHARS = 20_000
+_MAX_NGRAMS = 4_000
+_WORD = re.compile(r"[^\W_]+")
+_BLIND = ("reversed", "rot13")
+_PUNCT = ".,;:!?()[]{}'\"«»"
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One sighting: the value's key, where it was first seen, and how it was written."""
+
+    key: str
+    origin: str
+    source: str
+    how: str = "verbatim"
+
+    def describe(self) -> str:
+        """``third_party (read_inbox: body, spelled out)``."""
+        how = "" if self.how == "verbatim" else f", {self.how}"
+        return f"{self.origin} ({self.source}{how})"
+
+
+def _window_hashes(text: str) -> list[str]:
+    words = _WORD.findall(fold(text))
+    out = []
+    for i in range(max(0, len(words) - WINDOW + 1)):
+        digest = hashlib.blake2b(" ".join(words[i : i + WINDOW]).encode(), digest_size=6)
+        out.append(digest.hexdigest())
+    return out
+
+
+class ProvenanceStore:
+    """A view over ``memo[MEMO_KEY]``; every method keeps the data JSON-ready."""
+
+    def __init__(self, memo: dict[str, Any]) -> None:
+        data = memo.get(MEMO_KEY)
+        if not isinstance(data, dict):
+            data = memo[MEMO_KEY] = {}
+        data.setdefault("values", {})
+        data.setdefault("texts", [])
+        self.data: dict[str, Any] = data
+
+    @classmethod
+    def of(cls, ctx: RunContext[Any]) -> ProvenanceStore:
+        """The store of ``ctx``'s run."""
+        return cls(ctx.memo)
+
+    # --- recording ---------------------------------------------------------------------
+
+    def _put(self, key: str, origin: str, source: str, how: str = "verbatim") -> None:
+        first = self.data["values"].setdefault(key, [origin, source, how])
+        if first[0] != origin and origin in UNTRUSTED:  # a later third-party mention
+            also = self.data.setdefault("also", {}).setdefault(key, [])
+            if origin not in also:
+                also.append(origin)
+
+    def add_value(self, value: str, origin: Origin, source: str) -> None:
+        """Record one field value: its whole folded text and the values inside it."""
+        if len(value) <= 200:
+            self._put(f"text:{fold(value)}", origin, source)
+        self._add_values(value, origin, source)
+
+    def add_text(self, text: str, origin: Origin, source: str) -> None:
+        """Record free text: its values (also disguised ones) and, for trusted text, the
+        words and short phrases it names; for untrusted text, what copy checks need."""
+        self.add_value(text, origin, source)
+        words = _WORD.findall(fold(text))
+        if origin in TRUSTED:
+            for token in fold(text).split():
+                self._put(f"text:{token.strip(_PUNCT)}", origin, source)
+            count = 0
+            for n in (1, 2, 3, 4):
+                for i in range(len(words) - n + 1):
+                    if count >= _MAX_NGRAMS:
+                        return
+                    self._put(f"text:{' '.join(words[i : i + n])}", origin, source)
+                    count += 1
+            return
+        texts = self.data["texts"]
+        if len(texts) < _MAX_TEXTS:
+            texts.append(
+                {
+                    "origin": origin,
+                    "source": source,
+                    "compact": compact(text)[:_MAX_CHARS],
+                    "digits": digits(text)[:_MAX_CHARS],
+                    "windows": _window_hashes(text[: _MAX_CHARS * 2]),
+                }
+            )
+
+    def _add_values(self, text: str, origin: str, source: str) -> None:
+        for v in values(text):
+            self._put(v.key, origin, source)
+        if origin in TRUSTED:
+            return
+        for how, plain in decodings(text):
+            for v in values(plain):
+                if how not in _BLIND or plausible(v):
+                    self._put(v.key, origin, source, how)
+
+    # --- looking up ----------------------------------------------------------------------
+
+    def seen(self, key: str) -> Seen | None:
+        """The first sighting of ``key``, if any."""
+        found = self.data["values"].get(key)
+        return Seen(key, *found) if found else None
+
+    def first(self, value: str) -> Seen | None:
+        """Where ``value`` (one argument value) was first seen: its whole text, else the
+        first of the values in it that the run has seen."""
+        whole = self.seen(f"text:{fold(value)}")
+        if whole is not None:
+            return whole
+        for v in values(value):
+            if v.kind in ("host",) or v.key.startswith("tail:"):
+                continue
+            hit = self.seen(v.key)
+            if hit is not None:
+                return hit
+        return None
+
+    def mentioned_by(self, value: str, origins: Iterable[str] = UNTRUSTED) -> bool:
+        """Whether ``value`` was ever seen with one of ``origins``, first or later."""
+        wanted = frozenset(origins)
+        also: Mapping[str, list[str]] = self.data.get("also", {})
+        for key in value_keys(value):
+            hit = self.seen(key)
+            if hit is not None and hit.origin in wanted:
+                return True
+            if wanted.intersection(also.get(key, ())):
+                return True
+        return False
+
+    def trusted(self, value: str) -> Seen | None:
+        """The trusted sighting of ``value``, if it was first seen with a trusted origin.
+
+        A value written with look-alike or invisible characters is never trusted, even
+        when it folds to a trusted one: it is another address that only looks the same."""
+        if disguised(value):
+            return None
+        hit = self.first(value)
+        return hit if hit is not None and hit.origin in TRUSTED else None
+
+    def untrusted(self, value: str, origins: Iterable[str] = UNTRUSTED) -> list[Seen]:
+        """Every untrusted sighting behind ``value``: its values written plainly or
+        disguised, and values assembled from pieces of an untrusted text."""
+        wanted = frozenset(origins)
+        hits: dict[str, Seen] = {}
+        if self.trusted(value) is not None:
+            return []
+        keys = set(value_keys(value))
+        for how, plain in decodings(value):
+            keys.update(v.key for v in values(plain) if how not in _BLIND or plausible(v))
+        for key in keys:
+            hit = self.seen(key)
+            if hit is not None and hit.origin in wanted:
+                hits.setdefault(hit.key, hit)
+        c, d = compact(value), digits(value)
+        for text in self._texts(wanted):
+            if len(c) >= 8 and c in text["compact"]:
+                hits.setdefault(f"compact:{c}", self._assembled(f"compact:{c}", text))
+            elif len(d) >= 6 and d in text["digits"]:
+                hits.setdefault(f"digits:{d}", self._assembled(f"digits:{d}", text))
+        return list(hits.values())
+
+    def copied(self, text: str, origins: Iterable[str] = UNTRUSTED) -> dict[str, int]:
+        """Per untrusted source, how many six-word windows of ``text`` it contains."""
+        mine = set(_window_hashes(text))
+        out: dict[str, int] = {}
+        if not mine:
+            return out
+        for stored in self._texts(frozenset(origins)):
+            n = len(mine.intersection(stored["windows"]))
+            if n:
+                out[stored["source"]] = out.get(stored["source"], 0) + n
+        return out
+
+    def _texts(self, origins: frozenset[str]) -> Iterator[Mapping[str, Any]]:
+        for text in self.data["texts"]:
+            if text["origin"] in origins:
+                yield text
+
+    @staticmethod
+    def _assembled(key: str, text: Mapping[str, Any]) -> Seen:
+        return Seen(key, text["origin"], text["source"], "assembled from pieces")

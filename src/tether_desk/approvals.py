@@ -1,0 +1,215 @@
+"""What a person sees before approving a refund, built against approval fatigue.
+
+The screen shows what the call alone does not say: the raw ticket with its
+instruction-like sentences flagged and explained, the amount beside what was paid and
+already refunded (read live, not from when the model asked), where each argument's value
+came from, and when the approval expires. Friction grows with risk: a refund of the whole
+remaining amount, or one on a ticket whose text carries instructions, must be confirmed by
+typing the amount.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from tether_desk.clock import utcnow
+from tether_desk.db import Database
+from tether_desk.detector import Detector, Flag, Segment, flag_instructions, fold, segments
+from tether_desk.errors import NotFound
+from tether_desk.models import Approval, Customer, Order, Ticket
+from tether_desk.money import format_cents
+from tether_desk.orders import OrderView, order_view
+
+PAGE_SIZE = 25
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where one argument's value came from."""
+
+    argument: str
+    value: str
+    origin: str
+    risky: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Screen:
+    """Everything the approval page (and the terminal demo) shows."""
+
+    approval_id: int
+    status: str
+    tool: str
+    call_id: str
+    arguments_hash: str
+    ticket_id: int
+    subject: str
+    customer: str
+    order: OrderView
+    amount_cents: int
+    reason: str
+    text: list[Segment]
+    flags: list[Flag]
+    origins: list[Origin]
+    typed_amount_required: bool
+    friction: list[str]
+    created_at: datetime
+    expires_at: datetime
+
+    @property
+    def after_cents(self) -> int:
+        """What would be refunded in total after this refund."""
+        return self.order.refunded_cents + self.amount_cents
+
+    @property
+    def expired(self) -> bool:
+        """True once the approval can no longer be granted."""
+        return utcnow() >= self.expires_at
+
+    def money(self, cents: int) -> str:
+        """Cents as euros for display."""
+        return format_cents(cents)
+
+
+PLAIN_REQUEST = "gives an order"
+"""The detector's reason for a request in the imperative ("can you refund me?"): a customer
+asking is flagged for the reader, but only passages that try to steer the approver or the
+agent (a claimed approval, a fake note, other orders, addresses, links...) add friction."""
+
+
+def steering(flags: list[Flag]) -> list[Flag]:
+    """The flags that try to steer the approver or the agent."""
+    return [f for f in flags if f.reason != PLAIN_REQUEST]
+
+
+def friction_for(amount_cents: int, remaining_cents: int, flags: list[Flag]) -> list[str]:
+    """Why the amount must be typed to confirm (empty: a click is enough)."""
+    why = []
+    if amount_cents >= remaining_cents:
+        why.append("it refunds everything that remains on the order")
+    pushing = steering(flags)
+    if pushing:
+        why.append(f"the ticket's text carries {len(pushing)} passage(s) that try to steer you")
+    return why
+
+
+def _amount_in_text(cents: int, text: str) -> bool:
+    folded, _ = fold(text)
+    euros, rest = divmod(cents, 100)
+    forms = {f"{euros}[.,]{rest:02d}"} if rest else {rf"{euros}(?:[.,]00?)?"}
+    if rest % 10 == 0 and rest:
+        forms.add(f"{euros}[.,]{rest // 10}")
+    pattern = rf"(?<![0-9.,])(?:{'|'.join(forms)})(?![0-9]|[.,][0-9])"
+    return re.search(pattern, folded) is not None
+
+
+def argument_origins(arguments: dict[str, Any], body: str, view: OrderView) -> list[Origin]:
+    """Per argument, where its value came from: the account, the order record, the
+    customer's text (third party) or the model alone."""
+    out = [Origin("order", view.number, "the customer's account (the tool has no order parameter)")]
+    amount = arguments.get("amount")
+    if isinstance(amount, int | float) and not isinstance(amount, bool):
+        cents = round(amount * 100)
+        if _amount_in_text(cents, body):
+            origin, risky = "the ticket's text, written by the customer (third party)", True
+        elif cents in (view.paid_cents, view.remaining_cents):
+            origin, risky = "the order record (amount paid or remaining)", False
+        else:
+            origin, risky = "the model (no source in the ticket or the order)", True
+        out.append(Origin("amount", format_cents(cents), origin, risky))
+    reason = arguments.get("reason")
+    if isinstance(reason, str):
+        out.append(Origin("reason", reason[:500], "written by the model"))
+    return out
+
+
+def screen(db: Database, approval_id: int, detector: Detector = flag_instructions) -> Screen:
+    """The approval screen of ``approval_id`` with live amounts."""
+    with db.read() as s:
+        a = s.get(Approval, approval_id)
+        if a is None:
+            raise NotFound(f"There is no approval {approval_id}.")
+        ticket = s.get(Ticket, a.ticket_id)
+        assert ticket is not None
+        customer = s.get(Customer, ticket.customer_id)
+        view = order_view(s, ticket.order_id)
+    flags = detector(ticket.body, view.number)
+    return Screen(
+        approval_id=a.id,
+        status=a.status,
+        tool=a.tool,
+        call_id=a.call_id,
+        arguments_hash=a.arguments_hash,
+        ticket_id=ticket.id,
+        subject=ticket.subject,
+        customer=customer.name if customer else "?",
+        order=view,
+        amount_cents=a.amount_cents,
+        reason=str(a.arguments.get("reason", "")),
+        text=segments(ticket.body, flags),
+        flags=flags,
+        origins=argument_origins(dict(a.arguments), ticket.body, view),
+        typed_amount_required=a.typed_amount_required,
+        friction=friction_for(a.amount_cents, view.remaining_cents, flags),
+        created_at=a.created_at,
+        expires_at=a.expires_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One line of the approval queue."""
+
+    id: int
+    ticket_id: int
+    order: str
+    customer: str
+    amount: str
+    status: str
+    created_at: datetime
+    expires_at: datetime
+
+
+def queue(db: Database, page: int = 1, status: str = "pending") -> tuple[list[QueueRow], int, int]:
+    """Approvals of one status, oldest first: rows, page, pages."""
+    with db.read() as s:
+        total = int(s.scalar(select(func.count(Approval.id)).where(Approval.status == status)) or 0)
+        pages = max(1, -(-total // PAGE_SIZE))
+        page = min(max(page, 1), pages)
+        rows = s.execute(
+            select(
+                Approval.id,
+                Approval.ticket_id,
+                Order.number,
+                Customer.name,
+                Approval.amount_cents,
+                Approval.status,
+                Approval.created_at,
+                Approval.expires_at,
+            )
+            .join(Ticket, Ticket.id == Approval.ticket_id)
+            .join(Order, Order.id == Ticket.order_id)
+            .join(Customer, Customer.id == Ticket.customer_id)
+            .where(Approval.status == status)
+            .order_by(Approval.id)
+            .limit(PAGE_SIZE)
+            .offset((page - 1) * PAGE_SIZE)
+        ).all()
+    out = [QueueRow(r[0], r[1], r[2], r[3], format_cents(r[4]), r[5], r[6], r[7]) for r in rows]
+    return out, page, pages
+
+
+def ticket_approvals(db: Database, ticket_id: int) -> list[Approval]:
+    """Every approval of a ticket, oldest first."""
+    with db.read() as s:
+        rows = s.scalars(
+            select(Approval).where(Approval.ticket_id == ticket_id).order_by(Approval.id)
+        ).all()
+        for r in rows:
+            s.expunge(r)
+        return list(rows)

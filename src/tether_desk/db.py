@@ -1,0 +1,183 @@
+"""Engine, sessions and migrations.
+
+SQLite (a file, WAL) by default, PostgreSQL by URL (``postgresql+psycopg://...``).
+:meth:`Database.write` opens a transaction that takes the write lock at its start:
+``BEGIN IMMEDIATE`` on SQLite (so a read-then-write never fails half way under
+concurrency), a plain transaction on PostgreSQL where the services lock the rows they
+check (``SELECT ... FOR UPDATE``). :meth:`Database.read` is a plain deferred transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from tether.state_store import SqlStateStore
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def sqlite_url(path: str | Path) -> str:
+    """The SQLAlchemy URL of a SQLite file."""
+    return f"sqlite+pysqlite:///{Path(path)}"
+
+
+def normalise_url(url: str) -> str:
+    """Accept ``postgresql://`` and ``postgres://`` for psycopg 3, and a bare file path."""
+    if "://" not in url:
+        return sqlite_url(url)
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
+    return url
+
+
+class DbTimer:
+    """Seconds spent inside the database driver (for the benchmark's share of DB time)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.statements = 0
+
+
+class Database:
+    """One engine and its two kinds of transaction."""
+
+    def __init__(self, url: str, *, echo: bool = False, pool_size: int = 20) -> None:
+        self.url = normalise_url(url)
+        parsed = make_url(self.url)
+        self.dialect = parsed.get_backend_name()
+        self.timer: DbTimer | None = None
+        if self.dialect == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = create_engine(
+                self.url,
+                echo=echo,
+                connect_args={"timeout": 60, "check_same_thread": False},
+                pool_size=pool_size,
+                max_overflow=pool_size * 4,
+                pool_timeout=120,
+            )
+            _sqlite_setup(self.engine)
+        else:
+            self.engine = create_engine(
+                self.url, echo=echo, pool_size=pool_size, max_overflow=pool_size * 4
+            )
+        self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
+        self._store: SqlStateStore | None = None
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(self._writer, expire_on_commit=False)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reading (committed at the end if anything was written)."""
+        with self._transaction(self._read) as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session whose transaction holds the write lock from its first statement."""
+        with self._transaction(self._write) as session:
+            yield session
+
+    @contextmanager
+    def read_connection(self) -> Iterator[Connection]:
+        """A Core connection in a read transaction (cheaper than a session)."""
+        with self.engine.connect() as connection:
+            yield connection
+            connection.rollback()
+
+    @contextmanager
+    def write_connection(self) -> Iterator[Connection]:
+        """A Core connection in a write transaction (cheaper than a session, for inserts)."""
+        with self._writer.begin() as connection:
+            yield connection
+            if self.timer is not None:
+                t0 = time.perf_counter()
+                connection.commit()
+                self.timer.seconds += time.perf_counter() - t0
+
+    @contextmanager
+    def _transaction(self, factory: sessionmaker[Session]) -> Iterator[Session]:
+        session = factory()
+        try:
+            with session.begin():
+                yield session
+                if self.timer is not None:  # the commit's own time counts as DB time
+                    t0 = time.perf_counter()
+                    session.commit()
+                    self.timer.seconds += time.perf_counter() - t0
+        finally:
+            session.close()
+
+    def migrate(self) -> None:
+        """Create or upgrade the schema to the latest Alembic revision."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def time_statements(self) -> DbTimer:
+        """Start adding up the time spent in the driver; returns the counter."""
+        timer = self.timer = DbTimer()
+
+        @event.listens_for(self.engine, "before_cursor_execute")
+        def _before(
+            conn: Any, cursor: Any, statement: Any, params: Any, ctx: Any, many: Any
+        ) -> None:
+            conn.info.setdefault("desk_t0", []).append(time.perf_counter())
+
+        @event.listens_for(self.engine, "after_cursor_execute")
+        def _after(
+            conn: Any, cursor: Any, statement: Any, params: Any, ctx: Any, many: Any
+        ) -> None:
+            timer.seconds += time.perf_counter() - conn.info["desk_t0"].pop()
+            timer.statements += 1
+
+        return timer
+
+    def state_store(self) -> SqlStateStore:
+        """The runtime's state store on this database (its tables created if missing);
+        writes take the write lock first, like the desk's own."""
+        if self._store is None:
+            from tether.state_store import SqlStateStore
+
+            self._store = SqlStateStore(self._writer)
+        return self._store
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    """WAL, foreign keys, and transactions begun by us so that BEGIN IMMEDIATE works."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get("desk_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")

@@ -1,0 +1,223 @@
+"""Staff decisions on pending refunds, and approvals that expire.
+
+A decision is taken in two steps. :func:`claim_decision` checks it (typed amount when the
+screen demands it, the call's arguments hash, expiry) and moves the approval from
+``pending`` to its outcome with one conditional update: of two concurrent decisions only
+the first changes the row, so the stored run state is resumed once. :func:`resume` then
+continues the run with a decision bound to the run, the call id and the arguments hash;
+the refund it runs uses the call's id in its run as idempotency key, so even a repeated
+resume refunds once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+
+from tether.errors import StateError
+from tether.messages import Usage
+from tether.outcomes import Decision
+from tether_desk.agent import refund_agent
+from tether_desk.clock import utcnow
+from tether_desk.errors import Conflict, InvalidInput, NotFound
+from tether_desk.models import Approval, Run
+from tether_desk.money import format_cents, parse_amount
+from tether_desk.pipeline import Desk, load_scope, set_status, settle
+from tether_desk.trace import RunRecorder
+
+log = logging.getLogger("tether_desk")
+MAX_REASON = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A decision that won its approval: what :func:`resume` needs."""
+
+    approval_id: int
+    ticket_id: int
+    run_id: str
+    state_version: int
+    decision: Decision
+    staff_id: int
+
+
+def claim_decision(
+    desk: Desk,
+    approval_id: int,
+    staff_id: int,
+    *,
+    approve: bool,
+    typed_amount: str = "",
+    reason: str = "",
+    arguments_hash: str | None = None,
+) -> Claimed:
+    """Check and record a decision; raises a :class:`~tether_desk.errors.DeskError`
+    saying what to do when it cannot be taken."""
+    reason = reason.strip()[:MAX_REASON]
+    with desk.db.read() as s:
+        a = s.get(Approval, approval_id)
+        if a is None:
+            raise NotFound(f"There is no approval {approval_id}.")
+        s.expunge(a)
+    if a.status != "pending":
+        raise Conflict(f"This approval was already {a.status}; nothing was changed.")
+    if arguments_hash is not None and arguments_hash != a.arguments_hash:
+        raise Conflict("This screen shows another call than the one waiting; reload it.")
+    now = utcnow()
+    if now >= a.expires_at:
+        expire(desk, a.id)
+        raise Conflict("This approval expired; the refund was not made. Ask the agent again.")
+    if approve and a.typed_amount_required:
+        if not typed_amount.strip():
+            raise InvalidInput(
+                f"Type the amount ({format_cents(a.amount_cents)}) to confirm this refund."
+            )
+        if parse_amount(typed_amount) != a.amount_cents:
+            raise InvalidInput(
+                f"The amount typed does not match the refund ({format_cents(a.amount_cents)} EUR); "
+                "nothing was refunded."
+            )
+    status = "approved" if approve else "denied"
+    with desk.db.write() as s:
+        won = s.execute(
+            update(Approval)
+            .where(Approval.id == a.id, Approval.status == "pending")
+            .values(status=status, decided_at=now, decided_by=staff_id, reason=reason)
+        ).rowcount  # type: ignore[attr-defined]
+    if not won:
+        raise Conflict("Someone decided this approval first; nothing was changed.")
+    a.status, a.reason = status, reason
+    return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision_of(a), staff_id)
+
+
+def decision_of(a: Approval) -> Decision:
+    """The runtime's decision for a decided approval: bound to its run, call and arguments."""
+    approved = a.status == "approved"
+    reason = "" if approved else (a.reason or "refused by staff")
+    return Decision(a.call_id, a.arguments_hash, approved, reason, a.run_id)
+
+
+async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
+    """Continue the run after a claimed decision; returns the ticket's status.
+
+    The state comes from the runtime's state store and is claimed there, so it is resumed
+    once: a second resume of the same state changes nothing. ``replay`` (recovery after a
+    stop) resumes without claiming; the ledger's key keeps the refund to one."""
+    store = desk.db.state_store()
+    state = await store.load(claimed.run_id)
+    if state is None or state.version != claimed.state_version:
+        log.warning("approval %s: its run state is gone or newer", claimed.approval_id)
+        from tether_desk.pipeline import ticket_status
+
+        return ticket_status(desk.db, claimed.ticket_id)
+    scope = load_scope(desk.db, claimed.ticket_id)
+    recorder = RunRecorder(desk.db, claimed.run_id, claimed.ticket_id, "refund").start(resumed=True)
+    recorder.note(
+        "decision",
+        {
+            "approval": claimed.approval_id,
+            "approved": claimed.decision.approved,
+            "reason": claimed.decision.reason,
+            "staff": claimed.staff_id,
+        },
+    )
+    approver = claimed.staff_id if claimed.decision.approved else None
+    agent = refund_agent(
+        desk.client, desk.db, scope, [recorder, *desk.listeners], approved_by=approver
+    )
+    try:
+        result = await agent.resume(state, [claimed.decision], store=None if replay else store)
+        await settle(desk, scope, recorder, result)
+    except StateError as exc:  # already resumed by someone else: nothing to do
+        log.info("approval %s: %s", claimed.approval_id, exc)
+        recorder.flush()
+    except Exception:
+        log.exception("resuming the run of approval %s failed", claimed.approval_id)
+        recorder.finish("failed", "the run could not be resumed", Usage())
+        set_status(desk.db, claimed.ticket_id, "failed")
+    desk.changed(claimed.ticket_id)
+    from tether_desk.pipeline import ticket_status
+
+    return ticket_status(desk.db, claimed.ticket_id)
+
+
+async def decide(
+    desk: Desk,
+    approval_id: int,
+    staff_id: int,
+    *,
+    approve: bool,
+    typed_amount: str = "",
+    reason: str = "",
+    arguments_hash: str | None = None,
+) -> str:
+    """Claim a decision and resume the run; returns the ticket's status."""
+    claimed = claim_decision(
+        desk,
+        approval_id,
+        staff_id,
+        approve=approve,
+        typed_amount=typed_amount,
+        reason=reason,
+        arguments_hash=arguments_hash,
+    )
+    return await resume(desk, claimed)
+
+
+async def recover_decided(desk: Desk) -> int:
+    """Resume the runs whose approval was decided but whose run never continued (the
+    process stopped in between). The ledger's idempotency key makes this safe even if the
+    refund was made before the stop. Returns how many runs were resumed."""
+    with desk.db.read() as s:
+        stuck = (
+            s.execute(
+                select(Approval)
+                .join(Run, Run.id == Approval.run_id)
+                .where(
+                    Approval.status.in_(("approved", "denied")), Run.status == "awaiting_approval"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        for a in stuck:
+            s.expunge(a)
+    for a in stuck:
+        claimed = Claimed(
+            a.id, a.ticket_id, a.run_id, a.state_version, decision_of(a), a.decided_by or 0
+        )
+        await resume(desk, claimed, replay=True)
+    return len(stuck)
+
+
+def expire(desk: Desk, approval_id: int) -> bool:
+    """Mark a pending approval expired (once); True if this call did it."""
+    with desk.db.write() as s:
+        return bool(
+            s.execute(
+                update(Approval)
+                .where(Approval.id == approval_id, Approval.status == "pending")
+                .values(status="expired", decided_at=utcnow(), reason="expired")
+            ).rowcount  # type: ignore[attr-defined]
+        )
+
+
+async def expire_due(desk: Desk) -> int:
+    """Expire every pending approval past its time and let each run finish with a
+    refusal (the model drafts a reply; no refund is made). Returns how many."""
+    with desk.db.read() as s:
+        due = s.scalars(
+            select(Approval).where(Approval.status == "pending", Approval.expires_at <= utcnow())
+        ).all()
+        for a in due:
+            s.expunge(a)
+    count = 0
+    for a in due:
+        if not expire(desk, a.id):
+            continue
+        count += 1
+        denial = Decision(a.call_id, a.arguments_hash, False, "the approval expired", a.run_id)
+        await resume(desk, Claimed(a.id, a.ticket_id, a.run_id, a.state_version, denial, 0))
+    return count

@@ -1,0 +1,310 @@
+"""The ticket pipeline: triage, then the path code chooses, with every effect in the DB.
+
+:func:`process_ticket` is a plain async function of a ticket id. It claims the ticket
+(``new`` -> ``triaging``, once), classifies it in one structured-output call, and then:
+
+* ``tracking``: answers from the order's status, written by code;
+* ``refund``: runs the refund agent; a proposed refund becomes a pending approval whose
+  run state is stored in the database;
+* ``other``: puts the ticket in the human queue.
+
+Each step leaves its effect in the database and a second call finds the ticket claimed,
+so the pipeline can later become durable steps. Rules the desk applies before a person
+is asked (:func:`_screen_pending`): one refund proposal per ticket at a time, and an amount
+above zero and within what remains; anything else is refused in code and the model reads
+why.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from tether.clients import ChatClient
+from tether.events import Listener
+from tether.outcomes import Decision, PendingApproval, RunResult
+from tether_desk.agent import REFUND_PROMPT, TicketScope, refund_agent
+from tether_desk.approvals import friction_for
+from tether_desk.clock import utcnow
+from tether_desk.db import Database
+from tether_desk.detector import Detector, flag_instructions
+from tether_desk.errors import NotFound
+from tether_desk.models import Approval, Customer, Draft, Order, Ticket
+from tether_desk.money import format_cents
+from tether_desk.orders import OrderView, order_view
+from tether_desk.tickets import MAX_BODY
+from tether_desk.trace import RunRecorder
+from tether_desk.triage import classify
+
+log = logging.getLogger("tether_desk")
+STATUS_LABELS = {
+    "processing": "en preparation",
+    "shipped": "expediee",
+    "delivered": "livree",
+    "cancelled": "annulee",
+}
+MAX_SETTLE_ROUNDS = 6
+
+
+@dataclass(slots=True)
+class Desk:
+    """The desk's services: a database, a model, and its settings."""
+
+    db: Database
+    client: ChatClient
+    triage_client: ChatClient | None = None
+    """A separate model for triage (default: ``client``)."""
+    approval_ttl: timedelta = timedelta(hours=24)
+    detector: Detector = flag_instructions
+    on_change: list[Callable[[int], None]] = field(default_factory=list)
+    """Called with a ticket id whenever its state changes (wakes live views)."""
+    listeners: list[Listener] = field(default_factory=list)
+    """Extra listeners of every agent run (the terminal demo prints with one)."""
+
+    def changed(self, ticket_id: int) -> None:
+        """Tell listeners that ``ticket_id`` changed."""
+        for callback in self.on_change:
+            callback(ticket_id)
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    return secrets.token_hex(12)
+
+
+def load_scope(db: Database, ticket_id: int) -> TicketScope:
+    """The ticket's scope: its order from the account, its text."""
+    with db.read_connection() as s:
+        row = s.execute(
+            select(
+                Ticket.id, Ticket.order_id, Order.number, Customer.name, Ticket.subject, Ticket.body
+            )
+            .join(Order, Order.id == Ticket.order_id)
+            .join(Customer, Customer.id == Ticket.customer_id)
+            .where(Ticket.id == ticket_id)
+        ).one_or_none()
+    if row is None:
+        raise NotFound(f"There is no ticket {ticket_id}.")
+    return TicketScope(*row)
+
+
+def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
+    with db.write_connection() as s:
+        s.execute(
+            update(Ticket)
+            .where(Ticket.id == ticket_id)
+            .values(status=status, updated_at=utcnow(), **values)
+        )
+
+
+def _claim(db: Database, ticket_id: int) -> bool:
+    with db.write_connection() as s:
+        done = s.execute(
+            update(Ticket)
+            .where(Ticket.id == ticket_id, Ticket.status == "new")
+            .values(status="triaging", updated_at=utcnow())
+        )
+        return bool(done.rowcount)
+
+
+def ticket_status(db: Database, ticket_id: int) -> str:
+    """The ticket's status now."""
+    with db.read_connection() as s:
+        status = s.scalar(select(Ticket.status).where(Ticket.id == ticket_id))
+    if status is None:
+        raise NotFound(f"There is no ticket {ticket_id}.")
+    return status
+
+
+async def process_ticket(desk: Desk, ticket_id: int) -> str:
+    """Run the pipeline on a new ticket once; returns the ticket's status afterwards."""
+    if not _claim(desk.db, ticket_id):
+        return ticket_status(desk.db, ticket_id)
+    desk.changed(ticket_id)
+    try:
+        scope = load_scope(desk.db, ticket_id)
+        category = await _triage(desk, scope)
+        if category == "tracking":
+            _answer_tracking(desk.db, scope)
+        elif category == "refund":
+            await _run_refund_agent(desk, scope)
+        else:
+            set_status(desk.db, ticket_id, "needs_human")
+    except Exception:
+        log.exception("ticket %s failed in the pipeline", ticket_id)
+        set_status(desk.db, ticket_id, "failed")
+    desk.changed(ticket_id)
+    return ticket_status(desk.db, ticket_id)
+
+
+async def _triage(desk: Desk, scope: TicketScope) -> str:
+    recorder = RunRecorder(desk.db, new_run_id(), scope.ticket_id, "triage").start()
+    recorder.note("model_request", {"turn": 1, "messages": 1})
+    recorder.flush()  # the run shows in the console while the model classifies
+    result = await classify(desk.triage_client or desk.client, scope.subject, scope.body)
+    recorder.note(
+        "triage",
+        {
+            "category": result.category,
+            "replies": [r[:500] for r in result.replies],
+            "error": result.error,
+        },
+    )
+    recorder.finish(
+        "completed" if not result.error else "fallback",
+        result.error or result.category,
+        result.usage,
+        update(Ticket).where(Ticket.id == scope.ticket_id).values(category=result.category),
+    )
+    return result.category
+
+
+def _answer_tracking(db: Database, scope: TicketScope) -> None:
+    with db.read_connection() as s:
+        view = order_view(s, scope.order_id)
+    status = STATUS_LABELS.get(view.status, view.status)
+    text = f"Bonjour {scope.customer_name}, votre commande {view.number} est {status}."
+    now = utcnow()
+    with db.write() as s:
+        s.add(Draft(ticket_id=scope.ticket_id, body=text, author="desk", sent_at=now))
+        s.execute(
+            update(Ticket)
+            .where(Ticket.id == scope.ticket_id)
+            .values(status="answered", reply=text, replied_at=now, updated_at=now)
+        )
+
+
+async def _run_refund_agent(desk: Desk, scope: TicketScope) -> None:
+    recorder = RunRecorder(desk.db, new_run_id(), scope.ticket_id, "refund").start()
+    agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
+    result = await agent.run(REFUND_PROMPT, run_id=recorder.run_id)
+    await settle(desk, scope, recorder, result)
+
+
+def _screen_pending(
+    db: Database, scope: TicketScope, pending: tuple[PendingApproval, ...]
+) -> tuple[PendingApproval | None, list[Decision], OrderView]:
+    """Refuse in code what no person should be asked; keep at most one for staff."""
+    with db.read_connection() as s:
+        view = order_view(s, scope.order_id)
+        waiting = s.scalar(
+            select(Approval.id).where(
+                Approval.ticket_id == scope.ticket_id, Approval.status == "pending"
+            )
+        )
+    chosen: PendingApproval | None = None
+    refused: list[Decision] = []
+    for p in pending:
+        amount = p.arguments.get("amount")
+        cents = round(amount * 100) if isinstance(amount, int | float) else 0
+        if p.tool != "propose_refund":
+            refused.append(p.deny("only refunds are approved here"))
+        elif not 0 < cents <= view.remaining_cents:
+            refused.append(
+                p.deny(
+                    f"the amount must be above 0 and at most the remaining "
+                    f"{format_cents(view.remaining_cents)} EUR"
+                )
+            )
+        elif chosen is not None or waiting is not None:
+            refused.append(p.deny("only one refund proposal per ticket can wait for a decision"))
+        else:
+            chosen = p
+    return chosen, refused, view
+
+
+async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: RunResult) -> None:
+    """Take a run's result to its next state: a stored approval, a draft, or a failure."""
+    for _ in range(MAX_SETTLE_ROUNDS):
+        if result.outcome.kind != "awaiting_approval" or result.state is None:
+            break
+        chosen, refused, view = _screen_pending(desk.db, scope, result.state.pending)
+        if refused:
+            for d in refused:
+                recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
+            agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
+            result = await agent.resume(result.state, refused, store=desk.db.state_store())
+            continue
+        if chosen is not None:
+            await _store_approval(desk, scope, recorder, result, chosen, view)
+            return
+    _finish_run(desk.db, scope, recorder, result)
+
+
+async def _store_approval(
+    desk: Desk,
+    scope: TicketScope,
+    recorder: RunRecorder,
+    result: RunResult,
+    p: PendingApproval,
+    view: OrderView,
+) -> None:
+    assert result.state is not None
+    amount = p.arguments.get("amount")
+    cents = round(float(amount) * 100) if isinstance(amount, int | float) else 0
+    flags = desk.detector(scope.body, scope.order_number)
+    typed = bool(friction_for(cents, view.remaining_cents, flags))
+    context = p.context if isinstance(p.context, dict) else {}
+    await desk.db.state_store().save(result.state)
+    try:
+        with desk.db.write() as s:
+            approval = Approval(
+                ticket_id=scope.ticket_id,
+                run_id=result.run_id,
+                call_id=p.call_id,
+                tool=p.tool,
+                arguments=dict(p.arguments),
+                arguments_hash=p.arguments_hash,
+                amount_cents=cents,
+                context={**context, "flags": len(flags)},
+                state_version=result.state.version,
+                typed_amount_required=typed,
+                expires_at=utcnow() + desk.approval_ttl,
+            )
+            s.add(approval)
+            s.flush()
+            approval_id = approval.id
+            s.execute(
+                update(Ticket)
+                .where(Ticket.id == scope.ticket_id)
+                .values(status="awaiting_approval", updated_at=utcnow())
+            )
+    except IntegrityError:  # another proposal already waits for this ticket
+        recorder.finish("failed", "a second refund proposal could not be stored", result.usage)
+        set_status(desk.db, scope.ticket_id, "failed")
+        return
+    recorder.note(
+        "approval_requested",
+        {
+            "approval": approval_id,
+            "call_id": p.call_id,
+            "amount": format_cents(cents),
+            "typed_amount": typed,
+        },
+    )
+    recorder.finish("awaiting_approval", result.outcome.reason, result.usage)
+
+
+def _finish_run(db: Database, scope: TicketScope, recorder: RunRecorder, result: RunResult) -> None:
+    recorder.finish(result.outcome.kind, result.outcome.reason, result.usage)
+    if result.outcome.completed and result.output.strip():
+        text = result.output.strip()[:MAX_BODY]
+        with db.write() as s:
+            draft = s.scalar(select(Draft).where(Draft.ticket_id == scope.ticket_id))
+            if draft is None:
+                s.add(Draft(ticket_id=scope.ticket_id, body=text, author="agent"))
+            elif draft.sent_at is None:
+                draft.body, draft.author, draft.updated_at = text, "agent", utcnow()
+            s.execute(
+                update(Ticket)
+                .where(Ticket.id == scope.ticket_id)
+                .values(status="draft_ready", updated_at=utcnow())
+            )
+    else:
+        set_status(db, scope.ticket_id, "failed")

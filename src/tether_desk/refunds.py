@@ -1,0 +1,119 @@
+"""The refund ledger: the course's rule, in the service, on the cumulative total.
+
+``refund`` checks ``0 < amount`` and ``already refunded + amount <= paid`` and writes the
+ledger row in one transaction that holds the order while it decides: ``BEGIN IMMEDIATE``
+on SQLite (one writer at a time), ``SELECT ... FOR UPDATE`` on the order's row on
+PostgreSQL. The idempotency key (the tool call's id within its run) is unique: a retried
+or resumed call finds its own row and refunds nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import insert, select
+from sqlalchemy.exc import IntegrityError
+
+from tether_desk.db import Database
+from tether_desk.errors import InvalidInput, RuleViolation
+from tether_desk.models import Order, Refund
+from tether_desk.money import format_cents
+from tether_desk.orders import refunded_cents
+
+
+@dataclass(frozen=True, slots=True)
+class RefundResult:
+    """What a refund call did: ``refunded`` now, or ``already_done`` under this key."""
+
+    status: str
+    order: str
+    amount_cents: int
+    total_refunded_cents: int
+    paid_cents: int
+
+    def sentence(self) -> str:
+        """One sentence for the model and the trace."""
+        done = "Already done under this key" if self.status == "already_done" else "Refunded"
+        return (
+            f"{done}: {format_cents(self.amount_cents)} EUR on {self.order}; "
+            f"{format_cents(self.total_refunded_cents)} of {format_cents(self.paid_cents)} EUR "
+            "refunded in total."
+        )
+
+
+def refund(
+    db: Database,
+    order_id: int,
+    amount_cents: int,
+    key: str,
+    *,
+    ticket_id: int | None = None,
+    approved_by: int | None = None,
+) -> RefundResult:
+    """Refund ``amount_cents`` on the order unless the cumulative total would pass what
+    was paid; a second call with the same ``key`` refunds nothing and says so."""
+    if not key or len(key) > 200:
+        raise InvalidInput("A refund needs an idempotency key of 1 to 200 characters.")
+    try:
+        return _refund_once(db, order_id, amount_cents, key, ticket_id, approved_by)
+    except IntegrityError:
+        # Another transaction inserted this key between our check and our insert.
+        return _replayed(db, key)
+
+
+def _refund_once(
+    db: Database,
+    order_id: int,
+    amount_cents: int,
+    key: str,
+    ticket_id: int | None,
+    approved_by: int | None,
+) -> RefundResult:
+    with db.write_connection() as s:
+        order = s.execute(
+            select(Order.id, Order.number, Order.amount_paid_cents)
+            .where(Order.id == order_id)
+            .with_for_update()
+        ).one_or_none()
+        if order is None:
+            raise InvalidInput("Refund refused: there is no such order.")
+        existing = s.execute(
+            select(Refund.order_id, Refund.amount_cents).where(Refund.idempotency_key == key)
+        ).one_or_none()
+        done = refunded_cents(s, order_id)
+        if existing is not None:
+            if existing[0] != order_id or existing[1] != amount_cents:
+                raise RuleViolation(
+                    "Refund refused: this idempotency key was already used for another refund."
+                )
+            return RefundResult("already_done", order.number, amount_cents, done, order[2])
+        if amount_cents <= 0:
+            raise RuleViolation("Refund refused: the amount must be above zero.")
+        if done + amount_cents > order[2]:
+            raise RuleViolation(
+                f"Refund refused: {format_cents(amount_cents)} EUR asked, "
+                f"{format_cents(done)} of {format_cents(order[2])} EUR already refunded on "
+                f"{order.number}; at most {format_cents(order[2] - done)} EUR remains."
+            )
+        s.execute(
+            insert(Refund).values(
+                order_id=order_id,
+                amount_cents=amount_cents,
+                idempotency_key=key,
+                ticket_id=ticket_id,
+                approved_by=approved_by,
+            )
+        )
+        return RefundResult("refunded", order.number, amount_cents, done + amount_cents, order[2])
+
+
+def _replayed(db: Database, key: str) -> RefundResult:
+    with db.read() as s:
+        row = s.scalar(select(Refund).where(Refund.idempotency_key == key))
+        if row is None:  # pragma: no cover - the unique index said it exists
+            raise RuleViolation("Refund refused: the ledger changed; try again.")
+        order = s.execute(
+            select(Order.number, Order.amount_paid_cents).where(Order.id == row.order_id)
+        ).one()
+        total = refunded_cents(s, row.order_id)
+        return RefundResult("already_done", order[0], row.amount_cents, total, order[1])

@@ -1,0 +1,177 @@
+"""Tickets: opened by an authenticated customer on one of *their* orders, listed per
+customer (a customer sees only their own) and in the staff inbox, page by page.
+
+The order of a ticket comes from the customer's account (they pick one of their orders),
+never from the ticket's text. Text is bounded and stripped of control characters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from tether_desk.clock import utcnow
+from tether_desk.db import Database
+from tether_desk.errors import InvalidInput, NotFound
+from tether_desk.models import Customer, Draft, Order, Ticket
+from tether_desk.orders import customer_order_id
+
+MAX_SUBJECT = 200
+MAX_BODY = 8_000
+PAGE_SIZE = 25
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class TicketRow:
+    """One line of a ticket list."""
+
+    id: int
+    subject: str
+    order: str
+    customer: str
+    status: str
+    category: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list: its rows, the page number and how many pages there are."""
+
+    rows: list[TicketRow]
+    page: int
+    pages: int
+    total: int
+
+
+def clean_text(value: str, field: str, limit: int) -> str:
+    """``value`` without control characters, trimmed, non-empty and at most ``limit``."""
+    text = _CONTROL.sub("", value).strip()
+    if not text:
+        raise InvalidInput(f"The {field} is empty; write a few words.")
+    if len(text) > limit:
+        raise InvalidInput(
+            f"The {field} is {len(text):,} characters long; keep it under {limit:,}."
+        )
+    return text
+
+
+def open_ticket(db: Database, customer_id: int, order_number: str, subject: str, body: str) -> int:
+    """Open a ticket for the customer on their order ``order_number``; returns its id."""
+    subject = clean_text(subject, "subject", MAX_SUBJECT)
+    body = clean_text(body, "message", MAX_BODY)
+    with db.write() as s:
+        order_id = customer_order_id(s, customer_id, order_number)
+        ticket = Ticket(customer_id=customer_id, order_id=order_id, subject=subject, body=body)
+        s.add(ticket)
+        s.flush()
+        return ticket.id
+
+
+def _rows(session: Session, where: list[object], page: int) -> Page:
+    total = int(session.scalar(select(func.count(Ticket.id)).where(*where)) or 0)  # type: ignore[arg-type]
+    pages = max(1, -(-total // PAGE_SIZE))
+    page = min(max(1, page), pages)
+    result = session.execute(
+        select(
+            Ticket.id,
+            Ticket.subject,
+            Order.number,
+            Customer.name,
+            Ticket.status,
+            Ticket.category,
+            Ticket.created_at,
+        )
+        .join(Order, Order.id == Ticket.order_id)
+        .join(Customer, Customer.id == Ticket.customer_id)
+        .where(*where)  # type: ignore[arg-type]
+        .order_by(Ticket.id.desc())
+        .limit(PAGE_SIZE)
+        .offset((page - 1) * PAGE_SIZE)
+    ).all()
+    return Page([TicketRow(*r) for r in result], page, pages, total)
+
+
+def customer_tickets(db: Database, customer_id: int, page: int = 1) -> Page:
+    """The customer's own tickets, newest first."""
+    with db.read() as s:
+        return _rows(s, [Ticket.customer_id == customer_id], page)
+
+
+def inbox(db: Database, page: int = 1, status: str | None = None) -> Page:
+    """Every ticket (staff), newest first, optionally of one status."""
+    with db.read() as s:
+        return _rows(s, [Ticket.status == status] if status else [], page)
+
+
+def customer_ticket(db: Database, customer_id: int, ticket_id: int) -> Ticket:
+    """The customer's ticket; :class:`NotFound` if it is someone else's or missing."""
+    with db.read() as s:
+        ticket = s.get(Ticket, ticket_id)
+        if ticket is None or ticket.customer_id != customer_id:
+            raise NotFound("No such ticket on your account.")
+        s.expunge(ticket)
+        return ticket
+
+
+def get_ticket(db: Database, ticket_id: int) -> Ticket:
+    """Any ticket (staff)."""
+    with db.read() as s:
+        ticket = s.get(Ticket, ticket_id)
+        if ticket is None:
+            raise NotFound(f"There is no ticket {ticket_id}.")
+        s.expunge(ticket)
+        return ticket
+
+
+def draft_of(db: Database, ticket_id: int) -> Draft | None:
+    """The ticket's reply draft, if one exists."""
+    with db.read() as s:
+        draft = s.scalar(select(Draft).where(Draft.ticket_id == ticket_id))
+        if draft is not None:
+            s.expunge(draft)
+        return draft
+
+
+def save_draft(db: Database, ticket_id: int, body: str, author: str) -> None:
+    """Create or replace the ticket's draft (not sent)."""
+    body = clean_text(body, "reply", MAX_BODY)
+    with db.write() as s:
+        ticket = s.get(Ticket, ticket_id)
+        if ticket is None:
+            raise NotFound(f"There is no ticket {ticket_id}.")
+        if ticket.replied_at is not None:
+            raise InvalidInput("This ticket was already answered; its reply cannot change.")
+        draft = s.scalar(select(Draft).where(Draft.ticket_id == ticket_id))
+        if draft is None:
+            s.add(Draft(ticket_id=ticket_id, body=body, author=author))
+        else:
+            draft.body, draft.author, draft.updated_at = body, author, utcnow()
+
+
+def send_reply(db: Database, ticket_id: int, staff_id: int) -> None:
+    """Send the ticket's draft to the customer (staff only: no tool can do this)."""
+    with db.write() as s:
+        ticket = s.get(Ticket, ticket_id)
+        if ticket is None:
+            raise NotFound(f"There is no ticket {ticket_id}.")
+        draft = s.scalar(select(Draft).where(Draft.ticket_id == ticket_id))
+        if draft is None:
+            raise InvalidInput("There is no draft to send; write a reply first.")
+        if ticket.replied_at is not None:
+            raise InvalidInput("This ticket was already answered.")
+        if ticket.status == "awaiting_approval":
+            raise InvalidInput("A refund waits for a decision; decide it before replying.")
+        now = utcnow()
+        draft.sent_at, draft.sent_by = now, staff_id
+        ticket.reply, ticket.replied_at, ticket.status, ticket.updated_at = (
+            draft.body,
+            now,
+            "answered",
+            now,
+        )

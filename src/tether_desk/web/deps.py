@@ -1,0 +1,56 @@
+"""Request dependencies: the desk, and who may call a route."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from tether_desk.accounts import Principal
+from tether_desk.pipeline import Desk
+from tether_desk.web.worker import TicketWorker
+
+
+def get_desk(request: Request) -> Desk:
+    """The desk behind this app."""
+    desk: Desk = request.app.state.desk
+    return desk
+
+
+def get_worker(request: Request) -> TicketWorker:
+    """The app's ticket worker."""
+    worker: TicketWorker = request.app.state.worker
+    return worker
+
+
+def current(request: Request) -> Principal:
+    """The logged-in account; pages redirect to the login form, the API answers 401."""
+    from tether_desk.web.app import principal
+
+    who = principal(request)
+    if who is None:
+        if request.url.path.startswith("/api/"):
+            raise HTTPException(401, "Log in first.")
+        raise HTTPException(303, "Log in first.", headers={"location": "/login"})
+    return who
+
+
+def customer_only(who: Annotated[Principal, Depends(current)]) -> Principal:
+    """Customers only."""
+    if who.role != "customer":
+        raise HTTPException(403, "This page is for customers.")
+    return who
+
+
+def staff_only(who: Annotated[Principal, Depends(current)]) -> Principal:
+    """Staff only."""
+    if who.role != "staff":
+        raise HTTPException(403, "Only support staff can do this.")
+    return who
+
+
+DeskDep = Annotated[Desk, Depends(get_desk)]
+WorkerDep = Annotated[TicketWorker, Depends(get_worker)]
+Customer = Annotated[Principal, Depends(customer_only)]
+Staff = Annotated[Principal, Depends(staff_only)]
+Anyone = Annotated[Principal, Depends(current)]

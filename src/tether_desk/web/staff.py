@@ -1,0 +1,179 @@
+"""Staff pages: the inbox, a ticket with its live trace, the approval queue and screen,
+drafts to edit and send, the ledger. Only staff reach any of them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy import func, select
+
+from tether_desk.approvals import queue, screen, ticket_approvals
+from tether_desk.decisions import claim_decision, resume
+from tether_desk.errors import DeskError
+from tether_desk.models import Order, Refund, Ticket
+from tether_desk.models import Staff as StaffRow
+from tether_desk.orders import order_view
+from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, inbox, save_draft, send_reply
+from tether_desk.trace import run_events, ticket_runs
+from tether_desk.web.app import render
+from tether_desk.web.deps import DeskDep, Staff, WorkerDep
+
+router = APIRouter(prefix="/staff")
+Page = Annotated[int, Query(ge=1, le=100_000)]
+Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
+STATUSES = (
+    "new",
+    "triaging",
+    "awaiting_approval",
+    "draft_ready",
+    "needs_human",
+    "failed",
+    "answered",
+)
+LEDGER_PAGE = 25
+
+
+@router.get("/inbox", response_class=HTMLResponse)
+async def staff_inbox(
+    request: Request,
+    who: Staff,
+    desk: DeskDep,
+    page: Page = 1,
+    status: Annotated[str | None, Query(max_length=32)] = None,
+) -> Response:
+    """Every ticket with its triage result and status, newest first."""
+    chosen = status if status in STATUSES else None
+    rows = inbox(desk.db, page, chosen)
+    template = "inbox_rows.html" if request.headers.get("hx-request") else "inbox.html"
+    return render(request, template, page=rows, status=chosen, statuses=STATUSES)
+
+
+@router.get("/tickets/{ticket_id}", response_class=HTMLResponse)
+def staff_ticket(request: Request, who: Staff, desk: DeskDep, ticket_id: Id) -> Response:
+    """A ticket: raw text with flags, its runs and their traces, approvals, the draft."""
+    ticket = get_ticket(desk.db, ticket_id)
+    with desk.db.read() as s:
+        order = order_view(s, ticket.order_id)
+    flags = desk.detector(ticket.body, order.number)
+    from tether_desk.detector import segments
+
+    runs = [(run, run_events(desk.db, run.id)) for run in ticket_runs(desk.db, ticket_id)]
+    return render(
+        request,
+        "staff_ticket.html",
+        ticket=ticket,
+        order=order,
+        text=segments(ticket.body, flags),
+        flags=flags,
+        runs=runs,
+        approvals=ticket_approvals(desk.db, ticket_id),
+        draft=draft_of(desk.db, ticket_id),
+        max_body=MAX_BODY,
+    )
+
+
+@router.post("/tickets/{ticket_id}/draft", response_class=HTMLResponse)
+def staff_save_draft(
+    request: Request,
+    who: Staff,
+    desk: DeskDep,
+    ticket_id: Id,
+    body: Annotated[str, Form(max_length=MAX_BODY * 4)],
+) -> Response:
+    """Save the reply draft (edited by staff); nothing is sent."""
+    save_draft(desk.db, ticket_id, body, "staff")
+    return RedirectResponse(f"/staff/tickets/{ticket_id}#draft", status_code=303)
+
+
+@router.post("/tickets/{ticket_id}/send", response_class=HTMLResponse)
+def staff_send(request: Request, who: Staff, desk: DeskDep, ticket_id: Id) -> Response:
+    """Send the draft to the customer."""
+    send_reply(desk.db, ticket_id, who.id)
+    return RedirectResponse(f"/staff/tickets/{ticket_id}", status_code=303)
+
+
+@router.get("/approvals", response_class=HTMLResponse)
+def staff_approvals(
+    request: Request,
+    who: Staff,
+    desk: DeskDep,
+    page: Page = 1,
+    status: Annotated[str, Query(pattern="^(pending|approved|denied|expired)$")] = "pending",
+) -> Response:
+    """The approval queue, oldest first."""
+    rows, page, pages = queue(desk.db, page, status)
+    return render(request, "approvals.html", rows=rows, page=page, pages=pages, status=status)
+
+
+@router.get("/approvals/{approval_id}", response_class=HTMLResponse)
+def staff_approval(request: Request, who: Staff, desk: DeskDep, approval_id: Id) -> Response:
+    """The approval screen."""
+    return render(request, "approval.html", screen=screen(desk.db, approval_id, desk.detector))
+
+
+@router.post("/approvals/{approval_id}", response_class=HTMLResponse)
+def staff_decide(
+    request: Request,
+    who: Staff,
+    desk: DeskDep,
+    worker: WorkerDep,
+    approval_id: Id,
+    decision: Annotated[str, Form(pattern="^(approve|deny)$")],
+    arguments_hash: Annotated[str, Form(max_length=64)] = "",
+    typed_amount: Annotated[str, Form(max_length=32)] = "",
+    reason: Annotated[str, Form(max_length=2000)] = "",
+) -> Response:
+    """Approve or deny; the run resumes in the background and the ticket page shows it."""
+    try:
+        claimed = claim_decision(
+            desk,
+            approval_id,
+            who.id,
+            approve=decision == "approve",
+            typed_amount=typed_amount,
+            reason=reason,
+            arguments_hash=arguments_hash or None,
+        )
+    except DeskError as exc:
+        return render(
+            request,
+            "approval.html",
+            exc.status_code,
+            screen=screen(desk.db, approval_id, desk.detector),
+            error=str(exc),
+        )
+    worker.spawn(resume(desk, claimed))
+    return RedirectResponse(f"/staff/tickets/{claimed.ticket_id}", status_code=303)
+
+
+@router.get("/ledger", response_class=HTMLResponse)
+def staff_ledger(request: Request, who: Staff, desk: DeskDep, page: Page = 1) -> Response:
+    """Every refund, newest first."""
+    with desk.db.read() as s:
+        total = int(s.scalar(select(func.count(Refund.id))) or 0)
+        pages = max(1, -(-total // LEDGER_PAGE))
+        page = min(page, pages)
+        rows = s.execute(
+            select(
+                Refund.id,
+                Order.number,
+                Refund.amount_cents,
+                Refund.ticket_id,
+                StaffRow.name,
+                Refund.created_at,
+                Refund.idempotency_key,
+            )
+            .join(Order, Order.id == Refund.order_id)
+            .outerjoin(StaffRow, StaffRow.id == Refund.approved_by)
+            .order_by(Refund.id.desc())
+            .limit(LEDGER_PAGE)
+            .offset((page - 1) * LEDGER_PAGE)
+        ).all()
+        open_tickets = int(
+            s.scalar(select(func.count(Ticket.id)).where(Ticket.status != "answered")) or 0
+        )
+    return render(
+        request, "ledger.html", rows=rows, page=page, pages=pages, open_tickets=open_tickets
+    )
