@@ -1,13 +1,16 @@
-"""Shared fixtures: small tools used across the loop tests."""
+"""Shared fixtures: small tools used across the loop tests; one PostgreSQL server for the
+whole session (the desk's and the durable mode's tests), a fresh database per test."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Annotated
 
 import pytest
 from pydantic import Field
 
+from postgres_server import PostgresServer, pg_bin, postgres_server
 from tether.errors import ToolFailure
 from tether.tools import FunctionTool, tool
 
@@ -43,3 +46,22 @@ async def slow(seconds: Annotated[float, "How long to sleep."]) -> str:
 @pytest.fixture
 def tools() -> list[FunctionTool]:
     return [read_order, explode, slow]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """Debian's PostgreSQL on 127.0.0.1, started at first use, stopped at the session's end."""
+    if pg_bin() is None:
+        pytest.fail("PostgreSQL is not installed: run `apt-get install postgresql` (.ci/run does)")
+    with postgres_server() as server:
+        yield server
+        if not server.alive():
+            pytest.fail(server.failure("the test PostgreSQL server stopped during the session"))
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The URL of a new empty database on the session's server, dropped after the test."""
+    url = pg_server.create_database(request.node.name)
+    yield url
+    pg_server.drop_database(url)

@@ -1,5 +1,6 @@
 """The desk's commands, found by ``tether`` through the ``tether.commands`` entry points:
-``tether serve`` (the web console) and ``tether desk demo`` (the terminal walk-through).
+``tether serve`` (the web console), ``tether worker`` (a durable worker taking tickets from
+the queue) and ``tether desk demo`` (the terminal walk-through).
 
 Only typer is imported here; the desk's dependencies load when a command runs, so a
 ``tether`` installed without the ``desk`` extra still starts and says what to install.
@@ -9,15 +10,32 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from tether_desk.durable import DurableDesk
+    from tether_desk.pipeline import Desk
 
 DEFAULT_DB = "tether-desk.db"
 DB_HELP = "Database: a SQLite file path or URL, or postgresql://... (default: ./tether-desk.db)."
 MODEL_HELP = (
     "Model spec: local (embedded, offline), scripted, anthropic:MODEL, openai:MODEL, "
     "openai-chat:MODEL@URL; default: $TETHER_MODEL, else local."
+)
+
+PROCESS_HELP = (
+    "Run tickets in this process too (default); --no-process leaves them to `tether worker` "
+    "processes sharing the database's queue."
+)
+PLAIN_HELP = (
+    "Run tickets in the web process without the durable log (no queue, no recovery of a "
+    "run cut short)."
+)
+ID_HELP = (
+    "This process's executor id, unique among the processes that run tickets; restarted "
+    "under the same id, it resumes the runs it left."
 )
 
 desk_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The support desk.")
@@ -28,7 +46,7 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
+def _open(db_url: str, model: str | None, *, seed_it: bool = True) -> tuple[object, object, bool]:
     try:
         from tether.errors import TetherError
         from tether_desk.db import Database
@@ -48,7 +66,7 @@ def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
         db.migrate()
     except Exception as exc:
         raise _fail(f"cannot open the database {db_url!r}: {type(exc).__name__}: {exc}") from exc
-    return db, client, seed(db)
+    return db, client, seed(db) if seed_it else False
 
 
 def serve_command(
@@ -56,9 +74,14 @@ def serve_command(
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    process: Annotated[bool, typer.Option("--process/--no-process", help=PROCESS_HELP)] = True,
+    plain: Annotated[bool, typer.Option("--plain", help=PLAIN_HELP)] = False,
+    worker_id: Annotated[str, typer.Option("--id", help=ID_HELP)] = "local",
 ) -> None:
     """Serve the support desk's web console (creates, migrates and seeds the database on
-    first start; reuses it afterwards)."""
+    first start; reuses it afterwards).
+
+    Tickets run as durable workflows: one cut short by a crash resumes at the next start."""
     database, client, seeded = _open(db, model)
     import uvicorn
 
@@ -66,9 +89,14 @@ def serve_command(
     from tether_desk.seed import ACCOUNTS
     from tether_desk.web.app import create_app
 
-    app = create_app(Desk(database, client))  # type: ignore[arg-type]
+    desk = Desk(database, client)  # type: ignore[arg-type]
+    runs = "plain: tickets run in this process"
+    if not plain:
+        runs = _runs_line(_durable(desk, worker_id, process))
+    app = create_app(desk)
     where = db if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
+    typer.echo(f"runs:     {runs}")
     typer.echo(f"console:  http://{host}:{port}/   (Ctrl-C stops it)")
     typer.echo("demo accounts:")
     for a in ACCOUNTS:
@@ -81,6 +109,89 @@ def serve_command(
     finally:
         database.dispose()  # type: ignore[attr-defined]
     typer.echo("stopped.")
+
+
+def _durable(desk: Desk, worker_id: str, process: bool, **settings: Any) -> DurableDesk:
+    """Make ``desk`` durable (``desk.runs``)."""
+    try:
+        from tether_desk.durable import DurableDesk, DurableSettings
+    except ImportError as exc:
+        raise _fail(
+            f"durable runs need DBOS ({exc.name}); install it with pip install "
+            "'tether[durable]', or pass --plain"
+        ) from exc
+    from tether.errors import ConfigError
+
+    try:
+        return DurableDesk(
+            desk, DurableSettings(executor_id=worker_id, **settings), process=process
+        )
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _runs_line(runs: DurableDesk) -> str:
+    who = f"worker {runs.settings.executor_id!r}" if runs.process else "`tether worker` processes"
+    return f"durable, logged in {_hide_password(runs.url)}, run by {who}"
+
+
+def _hide_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def worker_command(
+    worker_id: Annotated[str, typer.Option("--id", help=ID_HELP)],
+    db: Annotated[str, typer.Option("--db", help=DB_HELP)] = DEFAULT_DB,
+    model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Tickets run at a time (waiting approvals do not count).")
+    ] = 8,
+    recover: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--recover",
+            help="Take over the pending runs of this executor id, a worker gone for good "
+            "(never one still running). Repeatable.",
+        ),
+    ] = None,
+    poll: Annotated[
+        float, typer.Option(min=0.01, help="Seconds between two looks at the queue.")
+    ] = 1.0,
+) -> None:
+    """Run a durable worker: take the desk's tickets from the queue until Ctrl-C.
+
+    Several workers share one PostgreSQL database. A killed worker's runs resume when it
+    restarts under the same --id, or on another worker started with --recover ID."""
+    database, client, _ = _open(db, model, seed_it=False)
+    from tether_desk.pipeline import Desk
+
+    runs = _durable(
+        Desk(database, client),  # type: ignore[arg-type]
+        worker_id,
+        True,
+        concurrency=concurrency,
+        poll_seconds=poll,
+    )
+    typer.echo(f"runs:     {_runs_line(runs)}")
+    try:
+        asyncio.run(_work(runs, recover or []))
+    finally:
+        database.dispose()  # type: ignore[attr-defined]
+    typer.echo("stopped.")
+
+
+async def _work(runs: DurableDesk, recover: list[str]) -> None:
+    import signal
+
+    from tether_desk.durable.worker import run_worker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await run_worker(runs, stop, recover=recover, say=typer.echo)
 
 
 @desk_app.command("serve")

@@ -104,7 +104,15 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
 
     The state comes from the runtime's state store and is claimed there, so it is resumed
     once: a second resume of the same state changes nothing. ``replay`` (recovery after a
-    stop) resumes without claiming; the ledger's key keeps the refund to one."""
+    stop) resumes without claiming; the ledger's key keeps the refund to one. On a durable
+    desk the run waits on a worker: the decision is sent to it (again, for ``replay``: a
+    run applies it once)."""
+    if desk.runs is not None:
+        await desk.runs.deliver(claimed.decision)
+        desk.changed(claimed.ticket_id)
+        from tether_desk.pipeline import ticket_status
+
+        return ticket_status(desk.db, claimed.ticket_id)
     store = desk.db.state_store()
     state = await store.load(claimed.run_id)
     if state is None or state.version != claimed.state_version:

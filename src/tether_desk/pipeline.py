@@ -22,13 +22,14 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from tether.clients import ChatClient
 from tether.events import Listener
-from tether.outcomes import Decision, PendingApproval, RunResult
+from tether.outcomes import Decision, PendingApproval, RunResult, RunState
 from tether_desk.agent import REFUND_PROMPT, TicketScope, refund_agent
 from tether_desk.approvals import friction_for
 from tether_desk.clock import utcnow
@@ -40,7 +41,7 @@ from tether_desk.money import format_cents
 from tether_desk.orders import OrderView, order_view
 from tether_desk.tickets import MAX_BODY
 from tether_desk.trace import RunRecorder
-from tether_desk.triage import classify
+from tether_desk.triage import TriageResult, classify
 
 log = logging.getLogger("tether_desk")
 STATUS_LABELS = {
@@ -50,6 +51,23 @@ STATUS_LABELS = {
     "cancelled": "annulee",
 }
 MAX_SETTLE_ROUNDS = 6
+
+
+class TicketRuns(Protocol):
+    """Where a durable desk sends its work instead of running it in the web process
+    (:class:`tether_desk.durable.DurableDesk`: a queue that workers share)."""
+
+    async def start(self) -> None:
+        """Connect (and, in a worker, start taking tickets)."""
+
+    async def stop(self) -> None:
+        """Disconnect; runs in progress resume at the next start."""
+
+    async def submit_new(self) -> int:
+        """Hand every new ticket not yet handed over to the workers; returns how many."""
+
+    async def deliver(self, decision: Decision) -> None:
+        """Send a staff decision to the run that waits for it, wherever it runs."""
 
 
 @dataclass(slots=True)
@@ -66,6 +84,8 @@ class Desk:
     """Called with a ticket id whenever its state changes (wakes live views)."""
     listeners: list[Listener] = field(default_factory=list)
     """Extra listeners of every agent run (the terminal demo prints with one)."""
+    runs: TicketRuns | None = None
+    """Durable mode: tickets and decisions go to workers (``None``: run them here)."""
 
     def changed(self, ticket_id: int) -> None:
         """Tell listeners that ``ticket_id`` changed."""
@@ -144,10 +164,23 @@ async def process_ticket(desk: Desk, ticket_id: int) -> str:
 
 
 async def _triage(desk: Desk, scope: TicketScope) -> str:
-    recorder = RunRecorder(desk.db, new_run_id(), scope.ticket_id, "triage").start()
-    recorder.note("model_request", {"turn": 1, "messages": 1})
+    recorder = start_triage(RunRecorder(desk.db, new_run_id(), scope.ticket_id, "triage"))
     recorder.flush()  # the run shows in the console while the model classifies
     result = await classify(desk.triage_client or desk.client, scope.subject, scope.body)
+    note_triage(recorder, result)
+    record_triage(recorder, scope, result)
+    return result.category
+
+
+def start_triage(recorder: RunRecorder) -> RunRecorder:
+    """The triage run's recorder, started, with the model request noted."""
+    recorder.start()
+    recorder.note("model_request", {"turn": 1, "messages": 1})
+    return recorder
+
+
+def note_triage(recorder: RunRecorder, result: TriageResult) -> None:
+    """Note the triage's result in its run's trace."""
     recorder.note(
         "triage",
         {
@@ -156,13 +189,16 @@ async def _triage(desk: Desk, scope: TicketScope) -> str:
             "error": result.error,
         },
     )
+
+
+def record_triage(recorder: RunRecorder, scope: TicketScope, result: TriageResult) -> None:
+    """Write the triage run's outcome and the ticket's category (one transaction)."""
     recorder.finish(
         "completed" if not result.error else "fallback",
         result.error or result.category,
         result.usage,
         update(Ticket).where(Ticket.id == scope.ticket_id).values(category=result.category),
     )
-    return result.category
 
 
 def _answer_tracking(db: Database, scope: TicketScope) -> None:
@@ -246,30 +282,12 @@ async def _store_approval(
     view: OrderView,
 ) -> None:
     assert result.state is not None
-    amount = p.arguments.get("amount")
-    cents = round(float(amount) * 100) if isinstance(amount, int | float) else 0
-    flags = desk.detector(scope.body, scope.order_number)
-    typed = bool(friction_for(cents, view.remaining_cents, flags))
-    context = p.context if isinstance(p.context, dict) else {}
     await desk.db.state_store().save(result.state)
     try:
         with desk.db.write() as s:
-            approval = Approval(
-                ticket_id=scope.ticket_id,
-                run_id=result.run_id,
-                call_id=p.call_id,
-                tool=p.tool,
-                arguments=dict(p.arguments),
-                arguments_hash=p.arguments_hash,
-                amount_cents=cents,
-                context={**context, "flags": len(flags)},
-                state_version=result.state.version,
-                typed_amount_required=typed,
-                expires_at=utcnow() + desk.approval_ttl,
-            )
+            approval = approval_row(desk, scope, result.state, p, view)
             s.add(approval)
             s.flush()
-            approval_id = approval.id
             s.execute(
                 update(Ticket)
                 .where(Ticket.id == scope.ticket_id)
@@ -279,16 +297,46 @@ async def _store_approval(
         recorder.finish("failed", "a second refund proposal could not be stored", result.usage)
         set_status(desk.db, scope.ticket_id, "failed")
         return
+    note_approval(recorder, approval)
+    recorder.finish("awaiting_approval", result.outcome.reason, result.usage)
+
+
+def approval_row(
+    desk: Desk, scope: TicketScope, state: RunState, p: PendingApproval, view: OrderView
+) -> Approval:
+    """The approval to store for the pending call ``p`` of the run in ``state`` (friction
+    from the amount, what remains and the ticket's flagged passages)."""
+    amount = p.arguments.get("amount")
+    cents = round(float(amount) * 100) if isinstance(amount, int | float) else 0
+    flags = desk.detector(scope.body, scope.order_number)
+    typed = bool(friction_for(cents, view.remaining_cents, flags))
+    context = p.context if isinstance(p.context, dict) else {}
+    return Approval(
+        ticket_id=scope.ticket_id,
+        run_id=state.run_id,
+        call_id=p.call_id,
+        tool=p.tool,
+        arguments=dict(p.arguments),
+        arguments_hash=p.arguments_hash,
+        amount_cents=cents,
+        context={**context, "flags": len(flags)},
+        state_version=state.version,
+        typed_amount_required=typed,
+        expires_at=utcnow() + desk.approval_ttl,
+    )
+
+
+def note_approval(recorder: RunRecorder, approval: Approval) -> None:
+    """Note in the trace that ``approval`` (stored) now waits for staff."""
     recorder.note(
         "approval_requested",
         {
-            "approval": approval_id,
-            "call_id": p.call_id,
-            "amount": format_cents(cents),
-            "typed_amount": typed,
+            "approval": approval.id,
+            "call_id": approval.call_id,
+            "amount": format_cents(approval.amount_cents),
+            "typed_amount": approval.typed_amount_required,
         },
     )
-    recorder.finish("awaiting_approval", result.outcome.reason, result.usage)
 
 
 def _finish_run(db: Database, scope: TicketScope, recorder: RunRecorder, result: RunResult) -> None:
@@ -303,7 +351,7 @@ def _finish_run(db: Database, scope: TicketScope, recorder: RunRecorder, result:
                 draft.body, draft.author, draft.updated_at = text, "agent", utcnow()
             s.execute(
                 update(Ticket)
-                .where(Ticket.id == scope.ticket_id)
+                .where(Ticket.id == scope.ticket_id, Ticket.status != "answered")
                 .values(status="draft_ready", updated_at=utcnow())
             )
     else:

@@ -1,5 +1,5 @@
-"""Fixtures of the desk's tests: a migrated SQLite file per test, seeded; PostgreSQL once
-per session when its binaries are installed (``.ci/run`` installs them)."""
+"""Fixtures of the desk's tests: a migrated SQLite file per test, seeded; a fresh
+PostgreSQL database per test on the session's server (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from desk_pg import pg_bin, postgres_server
-from sqlalchemy import text
 
 from tether_desk.db import Database, sqlite_url
 from tether_desk.pipeline import Desk
@@ -30,22 +28,9 @@ def desk(db: Database) -> Desk:
     return Desk(db, DeskScriptedModel())
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    if pg_bin() is None:
-        pytest.fail("PostgreSQL is not installed: run `apt-get install postgresql` (.ci/run does)")
-    with postgres_server() as url:
-        yield url
-
-
 @pytest.fixture
 def pg_db(pg_url: str) -> Iterator[Database]:
-    """A fresh schema on the session's PostgreSQL server, migrated and seeded."""
-    admin = Database(pg_url)
-    with admin.engine.begin() as c:
-        c.execute(text("DROP SCHEMA public CASCADE"))
-        c.execute(text("CREATE SCHEMA public"))
-    admin.dispose()
+    """A fresh database on the session's PostgreSQL server, migrated and seeded."""
     database = Database(pg_url)
     database.migrate()
     seed(database)

@@ -11,6 +11,11 @@ advance, in the model's order, as soon as the model's reply is known
 (``DBOS.reserve_step``): the same reply always gives the same numbering, whatever runs
 first. The reply's call ids are made unique in the run at the same point, so the loop
 never renames a call and every call keeps the id its idempotency key is derived from.
+
+**A tool's own ruling is a step too** when the tool (or a wrapper) overrides
+``Tool.ruling``: such a ruling may read a database (what remains to refund, whether a
+proposal already waits), and a replay must take the path the first execution took, not
+the one today's data would give. Its approval context is computed in the same step.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from tether.durable import codec
 from tether.durable.transaction import RESERVED_STEP, TransactionalTool
 from tether.errors import InvalidHistoryError
 from tether.messages import Message, ToolCall
+from tether.rulings import Ruling
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
 
 MODEL_STEP = "tether.model"
 TOOL_STEP = "tether.tool."
+RULING_STEP = "tether.ruling."
 
 
 class StepBook:
@@ -106,6 +113,38 @@ class DurableTool(DelegatingTool):
     def __init__(self, inner: Tool, book: StepBook) -> None:
         super().__init__(inner)
         self.book = book
+        self._contexts: dict[str, Any] = {}
+        self._logs_ruling = _has_own_ruling(inner)
+
+    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+        """The inner tool's ruling; logged as a step when the tool has a ruling of its own
+        (with the approval context, which the run reads right after an ``ask``)."""
+        if not self._logs_ruling:
+            return await self.inner.ruling(arguments, ctx)
+
+        async def decide() -> codec.JSON:
+            try:
+                ruling = await self.inner.ruling(arguments, ctx)
+            except Exception as exc:  # as the invoker does: failing closed
+                why = f"the policy could not decide ({type(exc).__name__})"
+                return {"ruling": Ruling("deny", why, "error").to_dict(), "context": None}
+            context = None
+            if ruling.action == "ask":
+                try:
+                    context = self.inner.approval_context(arguments, ctx)
+                except Exception as exc:
+                    context = {"error": f"approval context unavailable: {type(exc).__name__}"}
+            return {"ruling": ruling.to_dict(), "context": context}
+
+        logged = await DBOS.run_step_async({"name": RULING_STEP + self.name}, decide)
+        if ctx.call is not None:
+            self._contexts[ctx.call.id] = logged["context"]
+        return Ruling.from_dict(logged["ruling"])
+
+    def approval_context(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Any:
+        if ctx.call is not None and ctx.call.id in self._contexts:
+            return self._contexts.pop(ctx.call.id)
+        return self.inner.approval_context(arguments, ctx)
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         reservation = self.book.take(ctx.call.id) if ctx.call is not None else None
@@ -130,6 +169,16 @@ class DurableTool(DelegatingTool):
         else:
             logged = await reservation.run_async({"name": name}, call)
         return codec.tool_outcome_from_json(logged)
+
+
+def _has_own_ruling(tool: Tool) -> bool:
+    """Whether ``tool`` or a tool it wraps overrides ``Tool.ruling`` (beyond forwarding)."""
+    while True:
+        if type(tool).ruling not in (Tool.ruling, DelegatingTool.ruling):
+            return True
+        if not isinstance(tool, DelegatingTool):
+            return False
+        tool = tool.inner
 
 
 def _is_transactional(tool: Tool) -> bool:

@@ -21,7 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dbos import DBOS, SetWorkflowID
 
@@ -36,6 +36,7 @@ from tether.tools import RunContext
 if TYPE_CHECKING:
     from dbos import DBOSClient, Queue, WorkflowHandleAsync
 
+DepsT = TypeVar("DepsT")
 DECISIONS_TOPIC = "tether.decisions"
 PENDING_EVENT = "tether.pending"
 WAIT_CHUNK_SECONDS = 24 * 3600.0
@@ -121,46 +122,66 @@ class DurableAgent:
     async def _execute(self, prompt: str | list[codec.JSON]) -> codec.JSON:
         run_id = DBOS.workflow_id
         assert run_id is not None
-        book = StepBook()
-        agent = copy.copy(self.agent)
-        agent.client = DurableChatClient(self.agent.client, book)
-        agent.tools = {name: DurableTool(t, book) for name, t in self.agent.tools.items()}
+        agent = make_durable(self.agent)
         start = prompt if isinstance(prompt, str) else [message_from_dict(m) for m in prompt]
         result = await agent.run(start, run_id=run_id)
         while result.outcome.kind == "awaiting_approval" and result.state is not None:
-            await DBOS.set_event_async(PENDING_EVENT, result.state.to_json())
-            decisions = await self._decisions(result.state)
+            await publish_pending(result.state)
+            decisions = await await_decisions(result.state, self.approval_timeout)
             result = await agent.resume(result.state, decisions)
-        await DBOS.set_event_async(PENDING_EVENT, None)
+        await publish_pending(None)
         return codec.result_to_json(result)
 
-    async def _decisions(self, state: RunState) -> list[Decision]:
-        """Wait until every pending call has a valid decision (or the timeout denies it)."""
-        pending = {p.call_id: p for p in state.pending}
-        chosen: dict[str, Decision] = {}
-        deadline = None
-        if self.approval_timeout is not None:
-            deadline = await DBOS.run_step_async(
-                {"name": "tether.approval_deadline"}, _clock_plus, self.approval_timeout
+
+def make_durable(agent: Agent[DepsT], book: StepBook | None = None) -> Agent[DepsT]:
+    """A copy of ``agent`` whose model requests and tool calls are steps of the current
+    workflow (for a workflow of your own that drives an agent among other steps).
+
+    Make it inside the workflow, once per execution: ``book`` holds the step numbers its
+    model replies reserve for their calls (give the same book to copies that share a run)."""
+    book = book or StepBook()
+    durable = copy.copy(agent)
+    durable.client = DurableChatClient(agent.client, book)
+    durable.tools = {name: DurableTool(t, book) for name, t in agent.tools.items()}
+    return durable
+
+
+async def publish_pending(state: RunState | None) -> None:
+    """Publish what the run waits for (read with :func:`pending_state` from any process);
+    ``None`` once it waits no more."""
+    await DBOS.set_event_async(PENDING_EVENT, None if state is None else state.to_json())
+
+
+async def await_decisions(state: RunState, deny_after: float | None = None) -> list[Decision]:
+    """In a workflow: wait until every pending call of ``state`` has a valid decision sent
+    by :func:`send_decisions`; after ``deny_after`` seconds (``None``: no limit) the calls
+    still undecided are denied. A durable wait: it survives restarts of the worker, and
+    the time it has waited counts across them."""
+    pending = {p.call_id: p for p in state.pending}
+    chosen: dict[str, Decision] = {}
+    deadline = None
+    if deny_after is not None:
+        deadline = await DBOS.run_step_async(
+            {"name": "tether.approval_deadline"}, _clock_plus, deny_after
+        )
+    while len(chosen) < len(pending):
+        wait = WAIT_CHUNK_SECONDS
+        if deadline is not None:
+            wait = await DBOS.run_step_async(
+                {"name": "tether.approval_time_left"}, _seconds_until, deadline
             )
-        while len(chosen) < len(pending):
-            wait = WAIT_CHUNK_SECONDS
-            if deadline is not None:
-                wait = await DBOS.run_step_async(
-                    {"name": "tether.approval_time_left"}, _seconds_until, deadline
-                )
-                if wait <= 0:
-                    break
-            message = await DBOS.recv_async(DECISIONS_TOPIC, timeout_seconds=wait)
-            if message is not None:
-                chosen.update((d.call_id, d) for d in _valid(message, state, pending))
-        if len(chosen) == len(pending):
-            return list(chosen.values())
-        reason = f"no decision within {self.approval_timeout:g} seconds"
-        return [
-            *chosen.values(),
-            *(p.deny(reason) for p in state.pending if p.call_id not in chosen),
-        ]
+            if wait <= 0:
+                break
+        message = await DBOS.recv_async(DECISIONS_TOPIC, timeout_seconds=wait)
+        if message is not None:
+            chosen.update((d.call_id, d) for d in _valid(message, state, pending))
+    if len(chosen) == len(pending):
+        return list(chosen.values())
+    reason = f"no decision within {deny_after:g} seconds"
+    return [
+        *chosen.values(),
+        *(p.deny(reason) for p in state.pending if p.call_id not in chosen),
+    ]
 
 
 def _clock_plus(seconds: float) -> float:

@@ -111,6 +111,8 @@ def create_app(desk: Desk, *, start_worker: bool = True, secure_cookies: bool = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if desk.runs is not None:  # durable: connect to the queue (and take tickets)
+            await desk.runs.start()
         worker = TicketWorker(desk)  # one per running loop; claims keep each ticket to one
         worker.start(process=start_worker)
         app.state.worker = worker
@@ -118,6 +120,8 @@ def create_app(desk: Desk, *, start_worker: bool = True, secure_cookies: bool = 
             yield
         finally:
             await worker.stop()
+            if desk.runs is not None:
+                await desk.runs.stop()
 
     app = FastAPI(
         title="tether desk",

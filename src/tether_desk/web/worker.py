@@ -2,7 +2,9 @@
 
 New tickets are picked from the database (status ``new``), so tickets opened while the
 console was down are processed at the next start; :meth:`TicketWorker.kick` wakes it at
-once after a ticket is opened. Approvals past their time are expired once a minute.
+once after a ticket is opened. Approvals past their time are expired once a minute. On a
+durable desk (``Desk.runs``) new tickets go to the workers' queue instead, and decisions
+to the runs that wait for them.
 """
 
 from __future__ import annotations
@@ -101,8 +103,9 @@ class TicketWorker:
             log.exception("recovering decided approvals failed")
         while True:
             try:
-                ids = self._new_ids()
-                if ids:
+                if self.desk.runs is not None:  # durable: the workers' queue takes them
+                    await self.desk.runs.submit_new()
+                elif ids := self._new_ids():
                     await asyncio.gather(*(one(i) for i in ids))
                     continue
                 ticks += 1

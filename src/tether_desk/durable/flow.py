@@ -1,0 +1,381 @@
+"""The desk's ticket pipeline as DBOS workflows: a worker killed anywhere loses nothing.
+
+``tether_desk.ticket`` (one per ticket, taken from the queue by a worker) runs the plain
+pipeline's pieces (:mod:`tether_desk.pipeline`) as steps: the claim, the triage model
+call, its record, the refund agent (each model request, tool call and custom ruling a
+step, through :func:`tether.durable.make_durable`), the desk's screening of proposals,
+and the draft. Step outputs are logged; after a crash the workflow runs again from the
+start, every logged step returns its result without running, and the ticket carries on
+from the first step that was not logged.
+
+A refund that needs a person does not hold a place in the queue while it waits (a
+night, maybe): the ticket's workflow starts ``tether_desk.approval`` for the waiting call,
+under an id derived from the run and the call (:func:`wait_id`), and ends. That workflow
+publishes the run's state, stores the approval row (so the row is visible only once its
+waiter exists), and waits in ``DBOS.recv`` for the decision, which the web console sends
+from its own process (:meth:`DurableDesk.deliver`) even while no worker runs. Then it
+resumes the agent with the decision and writes the draft (or waits again).
+
+The trace is written by :class:`~tether_desk.durable.recorder.ReplayableRecorder`, whose
+inserts skip rows a previous execution wrote; every update (statuses, the category, the
+draft) happens inside a step, so it runs once (or again only if the worker died before
+the step was logged, when nothing later has happened yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, TypeVar
+
+from dbos import DBOS, SetWorkflowID
+from dbos._error import DBOSException
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from tether.durable import StepBook, await_decisions, make_durable, publish_pending
+from tether.durable.codec import decisions_from_json, decisions_to_json
+from tether.errors import ConfigError
+from tether.loop import Agent
+from tether.messages import usage_from_dict, usage_to_dict
+from tether.outcomes import PendingApproval, RunResult, RunState
+from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
+from tether_desk.clock import utcnow
+from tether_desk.db import Database
+from tether_desk.durable.boundaries import Boundary, BoundaryClient, BoundaryTool
+from tether_desk.durable.recorder import ReplayableRecorder
+from tether_desk.models import Approval, Run, Ticket
+from tether_desk.orders import order_view
+from tether_desk.pipeline import (
+    MAX_SETTLE_ROUNDS,
+    Desk,
+    _answer_tracking,
+    _finish_run,
+    _screen_pending,
+    approval_row,
+    load_scope,
+    note_approval,
+    note_triage,
+    record_triage,
+    set_status,
+    start_triage,
+    ticket_status,
+)
+from tether_desk.triage import TriageResult, classify
+
+log = logging.getLogger("tether_desk")
+T = TypeVar("T")
+
+TICKET_WORKFLOW = "tether_desk.ticket"
+APPROVAL_WORKFLOW = "tether_desk.approval"
+
+
+def workflow_id(ticket_id: int) -> str:
+    """The ticket's workflow id: one workflow per ticket, whoever enqueues it."""
+    return f"desk-ticket-{ticket_id}"
+
+
+def wait_id(run_id: str, call_id: str) -> str:
+    """The id of the workflow that waits for the decision on ``call_id`` of ``run_id``
+    (the approval row holds both, so the web console finds it)."""
+    return f"desk-wait:{run_id}:{call_id}"
+
+
+def _run_id(kind: str) -> str:
+    """A run's id, the same in every execution of the workflow (hex, like the plain
+    pipeline's random ones, which the console's URLs expect)."""
+    return hashlib.sha256(f"{DBOS.workflow_id}:{kind}".encode()).hexdigest()[:24]
+
+
+@dataclass(slots=True)
+class _Installed:
+    desk: Desk
+    boundary: Boundary | None
+
+
+_installed: _Installed | None = None
+
+
+def install(desk: Desk, boundary: Boundary | None = None) -> None:
+    """Make ``desk`` the one this process's workflows run with (before DBOS launches)."""
+    global _installed
+    _installed = _Installed(desk, boundary)
+
+
+def _flow() -> Flow:
+    if _installed is None:
+        raise ConfigError("no desk is installed for durable runs in this process")
+    return Flow(_installed.desk, _installed.boundary)
+
+
+@DBOS.workflow(name=TICKET_WORKFLOW)
+async def ticket_workflow(ticket_id: int) -> str:
+    """One ticket, from its claim to a draft, an answer, a person or a waiting approval."""
+    return await _flow().ticket(ticket_id)
+
+
+@DBOS.workflow(name=APPROVAL_WORKFLOW)
+async def approval_workflow(waiting: dict[str, Any]) -> str:
+    """One call waiting for staff: stored, decided, then the run goes on."""
+    return await _flow().approval(waiting)
+
+
+class Flow:
+    """One execution of a workflow: the desk, and the boundary hook of the crash tests."""
+
+    def __init__(self, desk: Desk, boundary: Boundary | None) -> None:
+        self.desk = desk
+        self.db = desk.db
+        self.boundary = boundary
+
+    async def at(self, name: str) -> None:
+        """A step boundary (see :mod:`tether_desk.durable.boundaries`)."""
+        if self.boundary is not None:
+            await self.boundary(name)
+
+    async def effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (blocking: in a thread) as the step ``desk.NAME``."""
+
+        async def body() -> T:
+            await self.at(f"{name}.before")
+            out = await asyncio.to_thread(fn, *args)
+            await self.at(f"{name}.returned")
+            return out
+
+        result: T = await DBOS.run_step_async({"name": f"desk.{name}"}, body)
+        return result
+
+    # --- the ticket's workflow ----------------------------------------------------------
+
+    async def ticket(self, ticket_id: int) -> str:
+        scope_data = await self.effect("claim", _claim, self.desk, ticket_id)
+        if scope_data is None:  # not a new ticket (processed by the plain pipeline)
+            return await self.effect("status", ticket_status, self.db, ticket_id)
+        self.desk.changed(ticket_id)
+        scope = TicketScope(**scope_data)
+        try:
+            category = await self._triage(scope)
+            if category == "tracking":
+                await self.effect("answer", _answer_tracking, self.db, scope)
+            elif category == "refund":
+                await self._refund(scope)
+            else:
+                await self.effect("needs_human", set_status, self.db, ticket_id, "needs_human")
+        except DBOSException:
+            raise
+        except Exception:
+            log.exception("ticket %s failed in the durable pipeline", ticket_id)
+            await self.effect("failed", set_status, self.db, ticket_id, "failed")
+        await self.at("run.done")
+        self.desk.changed(ticket_id)
+        return await self.effect("status", ticket_status, self.db, ticket_id)
+
+    async def _triage(self, scope: TicketScope) -> str:
+        run_id = _run_id("triage")
+        recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "triage")
+        start_triage(recorder).flush()
+        client = self.desk.triage_client or self.desk.client
+
+        async def triage() -> dict[str, Any]:
+            await self.at("triage.before")
+            result = await classify(client, scope.subject, scope.body)
+            await self.at("triage.returned")
+            return _triage_to_json(result)
+
+        result = _triage_from_json(await DBOS.run_step_async({"name": "desk.triage"}, triage))
+        note_triage(recorder, result)
+        await self.effect("triaged", record_triage, recorder, scope, result)
+        return result.category
+
+    async def _refund(self, scope: TicketScope) -> None:
+        run_id = _run_id("refund")
+        recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "refund")
+        recorder.start()
+        agent = self._agent(scope, recorder)
+        result = await agent.run(REFUND_PROMPT, run_id=run_id)
+        await self._go_on(scope, recorder, agent, result)
+
+    # --- the approval's workflow --------------------------------------------------------
+
+    async def approval(self, waiting: dict[str, Any]) -> str:
+        scope = TicketScope(**waiting["scope"])
+        state = RunState.from_json(waiting["state"])
+        p = next(p for p in state.pending if p.call_id == waiting["call_id"])
+        recorder = ReplayableRecorder(
+            self.db, state.run_id, scope.ticket_id, "refund", seq=waiting["seq"]
+        )
+        await publish_pending(state)
+        await self.at("approval.requested")
+        stored = await self.effect(
+            "approval", _store_approval, self.desk, scope, recorder, state, p, waiting["reason"]
+        )
+        if stored is None:
+            await self.at("run.done")
+            return "failed"
+        note_approval(recorder, Approval(**stored))
+        recorder.flush()
+        self.desk.changed(scope.ticket_id)
+        decisions = await await_decisions(state)
+        await publish_pending(None)
+        await self.at("approval.received")
+        approver = await self.effect("decision", _decided, self.db, state.run_id, p.call_id)
+        decision = next(d for d in decisions if d.call_id == p.call_id)
+        recorder.note(
+            "decision",
+            {
+                "approval": stored["id"],
+                "approved": decision.approved,
+                "reason": decision.reason,
+                "staff": approver,
+            },
+        )
+        agent = self._agent(scope, recorder)
+        assert agent.deps is not None
+        deps = replace(agent.deps, approved_by=approver if decision.approved else None)
+        result = await agent.resume(state, decisions, deps=deps)
+        await self._go_on(scope, recorder, agent, result)
+        await self.at("run.done")
+        self.desk.changed(scope.ticket_id)
+        return await self.effect("status", ticket_status, self.db, scope.ticket_id)
+
+    # --- shared by both -----------------------------------------------------------------
+
+    def _agent(self, scope: TicketScope, recorder: ReplayableRecorder) -> Agent[AgentDeps]:
+        agent = refund_agent(self.desk.client, self.db, scope, [recorder, *self.desk.listeners])
+        if self.boundary is not None:
+            agent.client = BoundaryClient(agent.client, self.at)
+            agent.tools = {n: BoundaryTool(t, self.at) for n, t in agent.tools.items()}
+        return make_durable(agent, StepBook())
+
+    async def _go_on(
+        self,
+        scope: TicketScope,
+        recorder: ReplayableRecorder,
+        agent: Agent[AgentDeps],
+        result: RunResult,
+    ) -> None:
+        """Refuse in code what no person should be asked (resuming the run with the
+        refusals), then hand a call that needs a person to its own waiting workflow, or
+        write the draft."""
+        for _ in range(MAX_SETTLE_ROUNDS):
+            state = result.state
+            if result.outcome.kind != "awaiting_approval" or state is None:
+                break
+            screened = await self.effect("screen", _screen, self.desk, scope, state)
+            refused = decisions_from_json(screened["refused"])
+            if refused:
+                for d in refused:
+                    recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
+                result = await agent.resume(state, refused)
+                continue
+            recorder.flush()
+            waiting = {
+                "scope": asdict(scope),
+                "state": state.to_json(),
+                "call_id": screened["chosen"],
+                "seq": recorder.seq,
+                "reason": result.outcome.reason,
+            }
+            wid = wait_id(result.run_id, screened["chosen"])
+            with SetWorkflowID(wid):
+                await DBOS.start_workflow_async(approval_workflow, waiting)
+            return
+        await self.effect("draft", _finish_run, self.db, scope, recorder, result)
+
+
+# --- step bodies (blocking; each runs in a thread) ----------------------------------------
+
+
+def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
+    """``new -> triaging`` (or already ``triaging``: this workflow claimed it before it
+    died; no other process runs a durable desk's tickets); the ticket's scope."""
+    with desk.db.write_connection() as c:
+        done = c.execute(
+            update(Ticket)
+            .where(Ticket.id == ticket_id, Ticket.status.in_(("new", "triaging")))
+            .values(status="triaging", updated_at=utcnow())
+        )
+    if not done.rowcount:
+        return None
+    return asdict(load_scope(desk.db, ticket_id))
+
+
+def _screen(desk: Desk, scope: TicketScope, state: RunState) -> dict[str, Any]:
+    chosen, refused, _ = _screen_pending(desk.db, scope, state.pending)
+    return {
+        "chosen": chosen.call_id if chosen is not None else None,
+        "refused": decisions_to_json(refused),
+    }
+
+
+def _store_approval(
+    desk: Desk,
+    scope: TicketScope,
+    recorder: ReplayableRecorder,
+    state: RunState,
+    p: PendingApproval,
+    reason: str,
+) -> dict[str, Any] | None:
+    """The approval row (once: a second execution finds it), the ticket and the run
+    marked as waiting; ``None`` if another proposal already waits for the ticket."""
+    try:
+        with desk.db.write() as s:
+            approval = s.scalar(
+                select(Approval).where(
+                    Approval.run_id == state.run_id, Approval.call_id == p.call_id
+                )
+            )
+            if approval is None:
+                approval = approval_row(desk, scope, state, p, order_view(s, scope.order_id))
+                s.add(approval)
+                s.flush()
+            s.execute(
+                update(Ticket)
+                .where(
+                    Ticket.id == scope.ticket_id,
+                    Ticket.status.in_(("triaging", "awaiting_approval")),
+                )
+                .values(status="awaiting_approval", updated_at=utcnow())
+            )
+            stored = {
+                "id": approval.id,
+                "call_id": approval.call_id,
+                "amount_cents": approval.amount_cents,
+                "typed_amount_required": approval.typed_amount_required,
+            }
+    except IntegrityError:
+        recorder.finish("failed", "a second refund proposal could not be stored", state.usage)
+        set_status(desk.db, scope.ticket_id, "failed")
+        return None
+    recorder.finish("awaiting_approval", reason, state.usage)
+    return stored
+
+
+def _decided(db: Database, run_id: str, call_id: str) -> int | None:
+    """Who decided (the staff id the refund is recorded with); the run goes on."""
+    with db.write() as s:
+        staff = s.scalar(
+            select(Approval.decided_by).where(
+                Approval.run_id == run_id, Approval.call_id == call_id
+            )
+        )
+        s.execute(update(Run).where(Run.id == run_id).values(status="running"))
+    return int(staff) if staff is not None else None
+
+
+def _triage_to_json(result: TriageResult) -> dict[str, Any]:
+    return {
+        "category": result.category,
+        "usage": usage_to_dict(result.usage),
+        "replies": list(result.replies),
+        "error": result.error,
+    }
+
+
+def _triage_from_json(data: dict[str, Any]) -> TriageResult:
+    return TriageResult(
+        data["category"], usage_from_dict(data["usage"]), tuple(data["replies"]), data["error"]
+    )

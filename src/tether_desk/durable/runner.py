@@ -1,0 +1,194 @@
+"""The desk on durable runs: DBOS in this process, the tickets' queue, staff decisions.
+
+A :class:`DurableDesk` becomes ``desk.runs``: the web console's ticket worker hands new
+tickets to the queue (:meth:`DurableDesk.submit_new`) and a staff decision goes to the
+workflow that waits for it (:meth:`DurableDesk.deliver`), through a
+:class:`dbos.DBOSClient`, so the console needs no DBOS runtime of its own. A process that
+*processes* tickets (``tether serve`` by default, every ``tether worker``) launches DBOS
+with :meth:`DurableDesk.start` and takes tickets from the queue, at most
+``concurrency`` at a time.
+
+SQLite (the default): the durable log is a second file beside the desk's database
+(``tether-desk.runs.db``), for one process. PostgreSQL: the log lives in the desk's own
+database (DBOS keeps its tables in the ``dbos`` schema), and any number of workers share
+the queue, each under its own executor id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dbos import DBOS, DBOSClient
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from tether.durable import DECISIONS_TOPIC, DurableConfig, launch, recover_async, shutdown
+from tether.durable.codec import decisions_to_json
+from tether.errors import ConfigError
+from tether.outcomes import Decision
+from tether_desk.durable.boundaries import Boundary
+from tether_desk.durable.flow import TICKET_WORKFLOW, install, wait_id, workflow_id
+from tether_desk.models import Ticket
+from tether_desk.pipeline import Desk
+
+APP_NAME = "tether-desk"
+APP_VERSION = "1"
+"""The desk's pinned application version (see docs/durable.md, "Versioning"): raise it
+only with a change to the sequence of steps of a ticket's workflows, and keep a worker of
+the old version running until its runs are done."""
+QUEUE = "tether_desk.tickets"
+SWEEP_EVERY = 12
+"""Every this many calls, :meth:`DurableDesk.submit_new` hands over every new ticket again
+(already queued ones are not queued twice), in case one committed out of id order."""
+
+
+def system_database_url(desk_url: str) -> str:
+    """Where the durable log of a desk on ``desk_url`` lives: for SQLite a file beside
+    the desk's (``NAME.runs.db``), for PostgreSQL the desk's own database."""
+    url = make_url(desk_url)
+    if url.get_backend_name() == "postgresql":
+        return url.set(drivername="postgresql").render_as_string(hide_password=False)
+    if not url.database or url.database == ":memory:":
+        raise ConfigError("a durable desk needs a database file or PostgreSQL, not :memory:")
+    return f"sqlite:///{Path(url.database).with_suffix('.runs.db')}"
+
+
+@dataclass(frozen=True, slots=True)
+class DurableSettings:
+    """How this process takes part in the desk's durable runs."""
+
+    executor_id: str = "local"
+    """This worker's identity: restarted under the same id, it recovers the runs it left."""
+    concurrency: int = 8
+    """Tickets this process runs at a time (a run waiting for staff does not count)."""
+    poll_seconds: float = 1.0
+    """How often the queue is polled (and, on SQLite, how often a waiting run looks for
+    its decision; PostgreSQL notifies at once)."""
+    application_version: str = APP_VERSION
+    system_database_url: str | None = None
+    """The durable log's database (default: :func:`system_database_url` of the desk's)."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError("the worker's concurrency must be at least 1")
+        if self.poll_seconds <= 0:
+            raise ConfigError("the polling interval must be positive")
+
+
+class DurableDesk:
+    """``desk.runs`` of a desk whose tickets run as DBOS workflows (see the module doc)."""
+
+    def __init__(
+        self,
+        desk: Desk,
+        settings: DurableSettings | None = None,
+        *,
+        process: bool = True,
+        boundary: Boundary | None = None,
+    ) -> None:
+        self.desk = desk
+        self.settings = settings or DurableSettings()
+        self.url = self.settings.system_database_url or system_database_url(desk.db.url)
+        self.process = process
+        """Whether :meth:`start` launches DBOS here to run tickets (else it only connects)."""
+        self.boundary = boundary
+        self.processing = False
+        self._client: DBOSClient | None = None
+        self._high_water = 0
+        self._calls = 0
+        desk.runs = self
+
+    def config(self) -> DurableConfig:
+        """The DBOS configuration of this process."""
+        s = self.settings
+        return DurableConfig(
+            self.url,
+            application_version=s.application_version,
+            executor_id=s.executor_id,
+            app_name=APP_NAME,
+            polling_interval_seconds=s.poll_seconds,
+        )
+
+    async def start(self) -> None:
+        """Connect to the durable log; with ``process``, also launch DBOS here and take
+        tickets from the queue (recovering first the runs this executor id left pending)."""
+        if self.process:
+            install(self.desk, self.boundary)
+            launch(self.config())
+            self.processing = True
+            await DBOS.register_queue_async(
+                QUEUE,
+                worker_concurrency=self.settings.concurrency,
+                polling_interval_sec=self.settings.poll_seconds,
+            )
+        else:
+            await asyncio.to_thread(DBOS.migrate, self.url)
+        self._client = await asyncio.to_thread(
+            DBOSClient, system_database_url=self.url, application_name=APP_NAME
+        )
+
+    async def stop(self) -> None:
+        """Disconnect; runs in progress stay pending and resume at the next start."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(client.destroy)
+        if self.processing:
+            self.processing = False
+            await asyncio.to_thread(shutdown)
+
+    @property
+    def client(self) -> DBOSClient:
+        if self._client is None:
+            raise ConfigError("the durable desk is not started; call start() first")
+        return self._client
+
+    async def submit(self, ticket_id: int) -> None:
+        """Queue the ticket's workflow (once: its id is the ticket's)."""
+        options: Any = {
+            "queue_name": QUEUE,
+            "workflow_name": TICKET_WORKFLOW,
+            "workflow_id": workflow_id(ticket_id),
+            "app_version": self.settings.application_version,
+        }
+        await self.client.enqueue_async(options, ticket_id)
+
+    async def submit_new(self) -> int:
+        """Queue every ``new`` ticket not queued yet; returns how many were handed over."""
+        self._calls += 1
+        after = 0 if self._calls % SWEEP_EVERY == 1 else self._high_water
+        ids = await asyncio.to_thread(self._new_after, after)
+        for ticket_id in ids:
+            await self.submit(ticket_id)
+            self._high_water = max(self._high_water, ticket_id)
+        return len(ids)
+
+    def _new_after(self, after: int) -> list[int]:
+        with self.desk.db.read_connection() as c:
+            ids = c.scalars(
+                select(Ticket.id)
+                .where(Ticket.status == "new", Ticket.id > after)
+                .order_by(Ticket.id)
+                .limit(1000)
+            ).all()
+        return list(ids)
+
+    async def deliver(self, decision: Decision) -> None:
+        """Send a decision to the workflow waiting on its call (running or not: a run
+        whose worker is down reads it when it recovers). Sending it again changes nothing."""
+        payload = decisions_to_json([decision])
+        key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        await self.client.send_async(
+            wait_id(decision.run_id, decision.call_id), payload, DECISIONS_TOPIC, key
+        )
+
+    async def recover(self, executor_ids: list[str]) -> list[str]:
+        """Take over the pending runs of workers that are gone for good (never of a
+        worker still running); returns their workflow ids."""
+        if not self.processing:
+            raise ConfigError("only a processing worker can take over another's runs")
+        return await recover_async(executor_ids)
