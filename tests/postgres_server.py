@@ -6,10 +6,14 @@ the ``postgres`` system user that Debian's package creates. Everything lives in 
 temporary directory (data, socket, log) that is removed when the server stops; the server
 listens on 127.0.0.1 and on a socket in that directory only.
 
-The server is started by ``pg_ctl`` alone: no process is ever found by name or by
-environment and killed (a tool that does that on a shared machine kills other people's
-servers, or ours). When the server is gone before the end, the error carries the tail of
-its log, which says why (a signal from outside, a crash, an immediate shutdown request).
+Its directory is made with :func:`tempfile.mkdtemp` and handed to the ``postgres`` user,
+never under pytest's ``/tmp/pytest-of-USER``: every pytest session that starts on the
+machine (another person's, or a second one of ours) sets that directory back to mode 0700,
+and a server whose data lies below it then fails its next checkpoint ("PANIC: could not
+open file .../global/pg_control: Permission denied"; a DROP DATABASE forces one) and
+dies. The server is started and stopped by ``pg_ctl`` alone: no process is ever found by
+name or environment and killed. When the server is gone before the end, the error
+carries the tail of its log.
 """
 
 from __future__ import annotations

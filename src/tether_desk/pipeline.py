@@ -202,12 +202,15 @@ def record_triage(recorder: RunRecorder, scope: TicketScope, result: TriageResul
 
 
 def _answer_tracking(db: Database, scope: TicketScope) -> None:
+    """Answer from the order's status (once: a second call finds the answer sent)."""
     with db.read_connection() as s:
         view = order_view(s, scope.order_id)
     status = STATUS_LABELS.get(view.status, view.status)
     text = f"Bonjour {scope.customer_name}, votre commande {view.number} est {status}."
     now = utcnow()
     with db.write() as s:
+        if s.scalar(select(Draft.id).where(Draft.ticket_id == scope.ticket_id)) is not None:
+            return
         s.add(Draft(ticket_id=scope.ticket_id, body=text, author="desk", sent_at=now))
         s.execute(
             update(Ticket)

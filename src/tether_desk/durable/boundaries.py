@@ -13,10 +13,11 @@ work (``X.before``) and after it, before DBOS logs the step (``X.returned``):
 * ``draft``: the draft and the ticket's status written; ``answer``, ``needs_human``,
   ``failed``: the other endings.
 
-And between steps: ``approval.requested`` (before storing the approval), ``approval.received``
-(the decision is logged, the run not yet resumed), ``run.done`` (the last step is logged,
-the workflow has not returned). "After step X is logged" is the next step's ``before``:
-nothing durable happens between them.
+And between steps: ``approval.requested`` (before storing the approval),
+``approval.received`` (the decision is logged, the run not yet resumed), ``ticket.done``
+and ``approval.done`` (a workflow's last step is logged, the workflow has not returned;
+for a refund that waits, the ticket's workflow ends once the approval's has started).
+"After step X is logged" is the next step's ``before``: nothing durable happens between.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ from tether.clients import ChatClient, ChatOptions, ChatResponse, DelegatingChat
 from tether.messages import Message
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
 
-Boundary = Callable[[str], Awaitable[None]]
-"""Awaited with a boundary's name (the test decides whether to stop there)."""
+Boundary = Callable[[str, int], Awaitable[None]]
+"""Awaited with a boundary's name and the ticket's id (a test decides whether to stop)."""
+
+At = Callable[[str], Awaitable[None]]
 
 
 class BoundaryClient(DelegatingChatClient):
     """Reaches ``model.before:N`` and ``model.returned:N`` around each request."""
 
-    def __init__(self, inner: ChatClient, at: Boundary) -> None:
+    def __init__(self, inner: ChatClient, at: At) -> None:
         super().__init__(inner)
         self.at = at
 
@@ -52,7 +55,7 @@ class BoundaryClient(DelegatingChatClient):
 class BoundaryTool(DelegatingTool):
     """Reaches ``tool.before:N:NAME`` and ``tool.returned:N:NAME`` around each call."""
 
-    def __init__(self, inner: Tool, at: Boundary) -> None:
+    def __init__(self, inner: Tool, at: At) -> None:
         super().__init__(inner)
         self.at = at
 

@@ -130,11 +130,12 @@ class Flow:
         self.desk = desk
         self.db = desk.db
         self.boundary = boundary
+        self.ticket_id = 0
 
     async def at(self, name: str) -> None:
         """A step boundary (see :mod:`tether_desk.durable.boundaries`)."""
         if self.boundary is not None:
-            await self.boundary(name)
+            await self.boundary(name, self.ticket_id)
 
     async def effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (blocking: in a thread) as the step ``desk.NAME``."""
@@ -151,6 +152,7 @@ class Flow:
     # --- the ticket's workflow ----------------------------------------------------------
 
     async def ticket(self, ticket_id: int) -> str:
+        self.ticket_id = ticket_id
         scope_data = await self.effect("claim", _claim, self.desk, ticket_id)
         if scope_data is None:  # not a new ticket (processed by the plain pipeline)
             return await self.effect("status", ticket_status, self.db, ticket_id)
@@ -169,7 +171,7 @@ class Flow:
         except Exception:
             log.exception("ticket %s failed in the durable pipeline", ticket_id)
             await self.effect("failed", set_status, self.db, ticket_id, "failed")
-        await self.at("run.done")
+        await self.at("ticket.done")
         self.desk.changed(ticket_id)
         return await self.effect("status", ticket_status, self.db, ticket_id)
 
@@ -202,6 +204,7 @@ class Flow:
 
     async def approval(self, waiting: dict[str, Any]) -> str:
         scope = TicketScope(**waiting["scope"])
+        self.ticket_id = scope.ticket_id
         state = RunState.from_json(waiting["state"])
         p = next(p for p in state.pending if p.call_id == waiting["call_id"])
         recorder = ReplayableRecorder(
@@ -213,7 +216,7 @@ class Flow:
             "approval", _store_approval, self.desk, scope, recorder, state, p, waiting["reason"]
         )
         if stored is None:
-            await self.at("run.done")
+            await self.at("approval.done")
             return "failed"
         note_approval(recorder, Approval(**stored))
         recorder.flush()
@@ -237,7 +240,7 @@ class Flow:
         deps = replace(agent.deps, approved_by=approver if decision.approved else None)
         result = await agent.resume(state, decisions, deps=deps)
         await self._go_on(scope, recorder, agent, result)
-        await self.at("run.done")
+        await self.at("approval.done")
         self.desk.changed(scope.ticket_id)
         return await self.effect("status", ticket_status, self.db, scope.ticket_id)
 
