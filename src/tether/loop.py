@@ -567,7 +567,19 @@ class RunHandle:
         return self.task.done()
 
     def __await__(self) -> Generator[Any, None, RunResult]:
-        return self.task.__await__()
+        return self._result().__await__()
+
+    async def _result(self) -> RunResult:
+        try:
+            return await self.task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            outside = current is not None and current.cancelling() > 0
+            if not self._run.stop_requested or not self.task.cancelled() or outside:
+                raise
+            run = self._run  # stopped before the loop began: nothing ran
+            outcome = Outcome("cancelled", "the run was cancelled before it started")
+            return RunResult(outcome, tuple(run.history), run.usage, run.turns, run.run_id)
 
 
 def _check_decisions(state: RunState, decisions: Iterable[Decision]) -> dict[str, Decision]:
