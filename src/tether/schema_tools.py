@@ -12,7 +12,6 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether._workers import run_in_worker
 from tether.errors import InvalidArguments, ToolDefinitionError
 from tether.tools import (
     NAME_RE,
@@ -22,6 +21,7 @@ from tether.tools import (
     Serial,
     Tool,
     ToolSpec,
+    call_function,
     declare,
     strict_schema,
     to_text,
@@ -127,21 +127,7 @@ class SchemaTool(Tool):
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         self.check_arguments(arguments)
         args = dict(arguments)
-        if self._is_async:
-            value = await self.func(args, ctx)
-        elif self._thread:
-            value = await run_in_worker(_call_in_thread, func=self.func, args=args, ctx=ctx)
-        else:
-            value = self.func(args, ctx)
-        return to_text(value)
-
-
-def _call_in_thread(func: SchemaFunction, args: dict[str, Any], ctx: RunContext[Any]) -> Any:
-    ctx.in_thread = True
-    try:
-        return func(args, ctx)
-    finally:
-        ctx.in_thread = False
+        return to_text(await call_function(self.func, ctx, self._is_async, self._thread, args, ctx))
 
 
 def tool_from_schema(

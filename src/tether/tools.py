@@ -225,11 +225,7 @@ class FunctionTool(Tool):
         kwargs = dict(parsed.__dict__)
         if self._ctx_param:
             kwargs[self._ctx_param] = ctx
-        if self._is_async:
-            return await self.func(**kwargs)
-        if self._thread:
-            return await run_in_worker(_in_thread, func=self.func, ctx=ctx, kwargs=kwargs)
-        return self.func(**kwargs)
+        return await call_function(self.func, ctx, self._is_async, self._thread, **kwargs)
 
     async def __call__(self, **kwargs: Any) -> Any:
         """Call the underlying function directly (tests, scripts)."""
@@ -237,12 +233,31 @@ class FunctionTool(Tool):
         return await value if inspect.isawaitable(value) else value
 
 
-def _in_thread(func: Callable[..., Any], ctx: RunContext[Any], kwargs: dict[str, Any]) -> Any:
-    """Run ``func`` with ``ctx.in_thread`` set, so an interrupted run can tell a call still
-    running in its thread (abandoned) from one that stopped."""
+async def call_function(
+    func: Callable[..., Any],
+    ctx: RunContext[Any],
+    is_async: bool,
+    thread: bool,
+    /,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """Call a tool's function: awaited when async, else on a worker thread (``thread``) or
+    inline. While it runs on its thread ``ctx.in_thread`` is set, so an interrupted run can
+    tell a call still running there (abandoned) from one that stopped."""
+    if is_async:
+        return await func(*args, **kwargs)
+    if thread:
+        return await run_in_worker(_in_thread, func=func, ctx=ctx, args=args, kwargs=kwargs)
+    return func(*args, **kwargs)
+
+
+def _in_thread(
+    func: Callable[..., Any], ctx: RunContext[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     ctx.in_thread = True
     try:
-        return func(**kwargs)
+        return func(*args, **kwargs)
     finally:
         ctx.in_thread = False
 

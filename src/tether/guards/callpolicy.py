@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.guards.instructions import INSTRUCTION_REASONS, flag_instructions
-from tether.guards.normalize import decodings, disguised, plausible, value_keys, values
+from tether.guards.normalize import (
+    decodings,
+    disguised,
+    plausible,
+    strings_in,
+    value_keys,
+    values,
+)
 from tether.guards.store import UNTRUSTED, ProvenanceStore, Seen
 from tether.labels import read_label
 from tether.messages import Message, Text, ToolCall, ToolResult
@@ -152,7 +159,7 @@ class ProvenancePolicy:
         for name, value in call.arguments.items():
             role = tool.roles.get(name)
             outward = effect == "communicate" or role in ("counterparty", "content")
-            for text in _strings(value):
+            for text in strings_in(value):
                 named = store.trusted(text) if role in ("counterparty", "object") else None
                 is_named = named is not None and named.origin in NAMED
                 known = False
@@ -238,7 +245,7 @@ class ProvenancePolicy:
         arguments: dict[str, Any] = {}
         sources: set[str] = set()
         for name, value in call.arguments.items():
-            texts = list(_strings(value))
+            texts = list(strings_in(value))
             origins = [_origin(store, t) for t in texts]
             for t in texts:
                 sources.update(s.source for s in store.untrusted(t))
@@ -254,20 +261,6 @@ class ProvenancePolicy:
             "arguments": arguments,
             "flags": [{"source": s, "quote": q, "reason": r} for s, q, r in chosen[:20]],
         }
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        if value.strip():
-            yield value
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _strings(v)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield str(value)
 
 
 def _short(value: Any) -> Any:

@@ -18,9 +18,10 @@ import binascii
 import codecs
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 from urllib.parse import unquote
 
 __all__ = [
@@ -242,3 +243,18 @@ def decodings(text: str) -> Iterator[tuple[str, str]]:
             yield "hex", plain
     yield "reversed", folded[::-1]
     yield "rot13", codecs.decode(folded, "rot13")
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every non-blank string in a JSON-like ``value`` (numbers as their text), in order."""
+    if isinstance(value, str):
+        if value.strip():
+            yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from strings_in(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from strings_in(v)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from tether.errors import ConfigError, ToolFailure
 from tether.guards.approval import ApprovalRequest, Approver, ask, refusal
+from tether.guards.normalize import strings_in
 from tether.labels import label, read_label
 from tether.messages import Message
 from tether.rulings import Ruling
@@ -121,7 +122,7 @@ class TaintTracker:
             return {}
         trusted = self._trusted.get(run_id, set()) | self._always
         hits: dict[str, str] = {}
-        for text in _strings(value):
+        for text in strings_in(value):
             candidates = self.tokens(text) | {text.strip().lower()}
             for token in candidates:
                 if token in seen and token not in trusted:
@@ -164,19 +165,6 @@ def _canonical(token: str) -> str:
     if token.startswith(("http://", "https://", "www.")):
         return re.sub(r"^(?:https?://)?(?:www\.)?", "", token).rstrip("/")
     return token
-
-
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _strings(v)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield str(value)
 
 
 SourceFunction = Callable[[Mapping[str, Any], RunContext[Any]], str]
