@@ -110,15 +110,31 @@ def main() -> None:
 
     tools: list[Tool] = [lookup, refund, record]
     client: ChatClient = ScriptedClient(script, record=False)
-    listeners = []
-    if plan is not None:
+    if plan is not None:  # inside the steps: before the work, after it (not yet logged)
         client = CrashingClient(client, plan)
         tools = [CrashingTool(t, plan) for t in tools]
-        listeners.append(plan.listener)
     tools[2] = TransactionalTool(tools[2], ledger)
-    agent = Agent(client, tools, limits=Limits(max_turns=8), listeners=listeners)
-    DurableAgent(agent, "crash")
+    agent = Agent(client, tools, limits=Limits(max_turns=8))
+    CrashingAgent(agent, "crash", plan)
     asyncio.run(serve(url, executor, ids))
+
+
+class CrashingAgent(DurableAgent):
+    """Boundaries outside the steps too: before a step starts, after it is logged."""
+
+    def __init__(self, agent: Agent[None], name: str, plan: CrashPlan | None) -> None:
+        super().__init__(agent, name)
+        self.plan = plan
+
+    def _durable_agent(self) -> Agent[None]:
+        agent = super()._durable_agent()
+        if self.plan is not None:
+            agent.client = CrashingClient(agent.client, self.plan, "model.start", "model.logged")
+            agent.tools = {
+                name: CrashingTool(t, self.plan, "tool.start", "tool.logged")
+                for name, t in agent.tools.items()
+            }
+        return agent
 
 
 async def serve(url: str, executor: str, ids: set[str]) -> None:

@@ -1,10 +1,12 @@
 """Runs durable workers as subprocesses, kills them at step boundaries, restarts them.
 
 The harness enqueues runs through a :class:`dbos.DBOSClient` (another process's view of
-the database), approves every pending call from this process, and restarts the worker
-each time a crash point kills it, with the same executor id. For the runs listed in
-``kill_while_waiting`` it kills the worker itself once the run waits for approval, sends
-the decision while no worker is alive, then restarts it.
+the database) and approves every pending call from this process. Each run has its own
+crash point, where it stops (the plan ``parks``); once every run has stopped at its point
+and the run kept waiting waits for its approval, the harness SIGKILLs the worker: one
+kill cuts every run at its own boundary. It sends the kept run's decision while no
+worker is alive, then restarts the worker with the same executor id, which finishes
+every run.
 """
 
 from __future__ import annotations
@@ -61,21 +63,15 @@ class Harness:
             stderr=subprocess.STDOUT,
         )
 
-    async def run(
-        self,
-        prompts: dict[str, str],
-        points: dict[str, str],
-        kill_while_waiting: set[str] = frozenset(),  # type: ignore[assignment]
-    ) -> Outcome:
+    async def run(self, prompts: dict[str, str], points: dict[str, str], waiting: str) -> Outcome:
         marks = self.workdir / "marks"
         marks.mkdir(exist_ok=True)
-        self.env[ENV] = CrashPlan(points, marks).to_env()
+        self.env[ENV] = CrashPlan(points, marks, park=True).to_env()
         self.env["CRASH_IDS"] = json.dumps(sorted(prompts))
         DBOS.migrate(self.database_url)  # the client does not create the tables
         client = DBOSClient(system_database_url=self.database_url)
-        outcome = Outcome()
         try:
-            return await self._drive(client, prompts, kill_while_waiting, outcome)
+            return await self._drive(client, prompts, points, waiting, Outcome())
         finally:
             client.destroy()
 
@@ -93,48 +89,48 @@ class Harness:
         self,
         client: DBOSClient,
         prompts: dict[str, str],
-        kill_while_waiting: set[str],
+        points: dict[str, str],
+        waiting: str,
         outcome: Outcome,
     ) -> Outcome:
         proc = self.worker(outcome.starts)
         outcome.starts += 1
         await self.enqueue(client, prompts)
         answered: set[tuple[str, int]] = set()
-        killed_waiting: set[str] = set()
         deadline = time.monotonic() + self.deadline_seconds
-        while True:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError(f"runs not done in time; see {self.workdir}/worker-*.log")
-            code = proc.poll()
-            if code == 0:
-                return outcome
-            if code is not None:
-                if code != -signal.SIGKILL:
-                    log = (self.workdir / f"worker-{outcome.starts - 1}.log").read_text()
-                    raise AssertionError(f"worker failed ({code}):\n{log[-4000:]}")
-                outcome.kills += 1
-                proc = self.worker(outcome.starts)
-                outcome.starts += 1
-                continue
-            for wid in prompts:
-                state = await pending_state(wid, client=client)
-                if state is None or (wid, state.turns) in answered:
-                    continue
-                if wid in kill_while_waiting and wid not in killed_waiting:
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
-                    outcome.kills += 1
-                    killed_waiting.add(wid)
-                    outcome.sent_while_dead.append(wid)
-                    await send_decisions(wid, [p.approve() for p in state.pending], client=client)
-                    answered.add((wid, state.turns))
-                    proc = self.worker(outcome.starts)
-                    outcome.starts += 1
+        others = [r for r in prompts if r != waiting]
+        while True:  # every run stops at its point; the kept one waits for approval
+            self._check(proc, outcome, deadline)
+            await approve_all(client, others, answered)
+            stopped = {m.name for m in (self.workdir / "marks").iterdir()}
+            if set(points) - {waiting} <= stopped:
+                state = await pending_state(waiting, client=client)
+                if state is not None:
                     break
-                await send_decisions(wid, [p.approve() for p in state.pending], client=client)
-                answered.add((wid, state.turns))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        outcome.kills += 1
+        await send_decisions(waiting, [p.approve() for p in state.pending], client=client)
+        answered.add((waiting, state.turns))
+        outcome.sent_while_dead.append(waiting)
+        proc = self.worker(outcome.starts)
+        outcome.starts += 1
+        while proc.poll() is None:  # the worker exits once every run has ended
+            self._check(proc, outcome, deadline)
+            await approve_all(client, list(prompts), answered)
+            await asyncio.sleep(0.05)
+        self._check(proc, outcome, deadline)
+        return outcome
+
+    def _check(self, proc: subprocess.Popen[bytes], outcome: Outcome, deadline: float) -> None:
+        code = proc.poll()
+        if code not in (None, 0):
+            log = (self.workdir / f"worker-{outcome.starts - 1}.log").read_text()
+            raise AssertionError(f"worker failed ({code}):\n{log[-4000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"runs not done in time; see {self.workdir}/worker-*.log")
 
 
 async def approve_all(client: DBOSClient, runs: list[str], answered: set[tuple[str, int]]) -> None:

@@ -122,7 +122,7 @@ class DurableAgent:
     async def _execute(self, prompt: str | list[codec.JSON]) -> codec.JSON:
         run_id = DBOS.workflow_id
         assert run_id is not None
-        agent = make_durable(self.agent)
+        agent = self._durable_agent()
         start = prompt if isinstance(prompt, str) else [message_from_dict(m) for m in prompt]
         result = await agent.run(start, run_id=run_id)
         while result.outcome.kind == "awaiting_approval" and result.state is not None:
@@ -131,6 +131,10 @@ class DurableAgent:
             result = await agent.resume(result.state, decisions)
         await publish_pending(None)
         return codec.result_to_json(result)
+
+    def _durable_agent(self) -> Agent[Any]:
+        """The agent whose requests and calls are steps of this execution."""
+        return make_durable(self.agent)
 
 
 def make_durable(agent: Agent[DepsT], book: StepBook | None = None) -> Agent[DepsT]:
