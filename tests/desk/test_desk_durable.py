@@ -1,0 +1,230 @@
+"""The durable desk in one process on SQLite (``tether serve``'s default): the same path
+and trace as the plain pipeline, each effect a logged step, decisions from the console's
+side (approve, deny, expire) applied once, a forged one ignored, a ticket queued twice
+run once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from dbos import DBOS
+from helpers import pending_approval, refunds_by_order, staff_id
+from sqlalchemy import insert, select
+
+from tether.outcomes import Decision
+from tether_desk.db import Database, sqlite_url
+from tether_desk.decisions import claim_decision, decide, expire_due, recover_decided, resume
+from tether_desk.durable import DurableDesk, DurableSettings, wait_id, workflow_id
+from tether_desk.models import Approval, Customer, Order, Refund, Run, RunEvent, Ticket
+from tether_desk.pipeline import Desk, process_ticket
+from tether_desk.scripted import DeskScriptedModel
+from tether_desk.seed import seed
+from tether_desk.tickets import draft_of
+
+
+@pytest.fixture(scope="module")
+def durable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
+    """A seeded desk whose tickets run as workflows in this process (DBOS launched)."""
+    db = Database(sqlite_url(tmp_path_factory.mktemp("durable-desk") / "desk.db"))
+    db.migrate()
+    seed(db)
+    desk = Desk(db, DeskScriptedModel())
+    runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05))
+    asyncio.run(runs.start())
+    yield desk
+    asyncio.run(runs.stop())
+    db.dispose()
+
+
+def add_ticket(db: Database, body: str, paid: int = 4000) -> int:
+    with db.write() as s:
+        customer = s.scalar(select(Customer.id).where(Customer.email.like("paul%")))
+        count = len(s.scalars(select(Order.id)).all())
+        order = s.execute(
+            insert(Order)
+            .values(
+                number=f"C-{9000 + count:04d}",
+                customer_id=customer,
+                status="delivered",
+                amount_paid_cents=paid,
+                shipping_address="3 quai Voltaire, 75007 Paris",
+                payment_method="paypal",
+            )
+            .returning(Order.id)
+        ).scalar_one()
+        return int(
+            s.execute(
+                insert(Ticket)
+                .values(customer_id=customer, order_id=order, subject="Colis", body=body)
+                .returning(Ticket.id)
+            ).scalar_one()
+        )
+
+
+async def until(db: Database, ticket_id: int, *statuses: str) -> str:
+    for _ in range(1200):
+        with db.read_connection() as c:
+            status = c.scalar(select(Ticket.status).where(Ticket.id == ticket_id))
+        if status in statuses:
+            return str(status)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"ticket {ticket_id} stayed {status}")
+
+
+def trace(db: Database, ticket_id: int) -> list[tuple[str, list[str]]]:
+    with db.read_connection() as c:
+        runs = c.execute(
+            select(Run.id, Run.kind).where(Run.ticket_id == ticket_id).order_by(Run.started_at)
+        ).all()
+        return [
+            (
+                kind,
+                list(
+                    c.scalars(
+                        select(RunEvent.kind).where(RunEvent.run_id == rid).order_by(RunEvent.seq)
+                    )
+                ),
+            )
+            for rid, kind in runs
+        ]
+
+
+async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
+    durable: Desk, desk: Desk
+) -> None:
+    body = "Mon colis est arrive abime, je demande 15 EUR."
+    tid = add_ticket(durable.db, body)
+    assert durable.runs is not None
+    await durable.runs.submit_new()
+    assert await until(durable.db, tid, "awaiting_approval") == "awaiting_approval"
+    approval = pending_approval(durable.db, tid)
+    assert approval is not None and approval.amount_cents == 1500
+    status = await decide(durable, approval.id, staff_id(durable.db), approve=True)
+    assert status == "awaiting_approval"  # the decision went to the run that waits
+    assert await until(durable.db, tid, "draft_ready") == "draft_ready"
+    draft = draft_of(durable.db, tid)
+    assert draft is not None and "rembourse 15.00 EUR" in draft.body
+
+    # the plain pipeline, on the same ticket in another database, writes the same trace
+    # (a turn's two reads run at once as steps: their events may interleave)
+    plain = add_ticket(desk.db, body)
+    assert await process_ticket(desk, plain) == "awaiting_approval"
+    waiting = pending_approval(desk.db, plain)
+    assert waiting is not None
+    await decide(desk, waiting.id, staff_id(desk.db), approve=True)
+    assert [(k, sorted(e)) for k, e in trace(durable.db, tid)] == [
+        (k, sorted(e)) for k, e in trace(desk.db, plain)
+    ]
+    untooled = [
+        (k, [e for e in es if not e.startswith("tool_")]) for k, es in trace(desk.db, plain)
+    ]
+    assert [
+        (k, [e for e in es if not e.startswith("tool_")]) for k, es in trace(durable.db, tid)
+    ] == untooled
+
+    steps = await DBOS.list_workflow_steps_async(workflow_id(tid))
+    assert [s["function_name"] for s in steps] == [
+        "desk.claim",
+        "desk.triage",
+        "desk.triaged",
+        "tether.model",
+        "tether.tool.read_ticket",
+        "tether.tool.read_order",
+        "tether.model",
+        "tether.ruling.propose_refund",  # it reads the ledger: a replay reads the log
+        "desk.screen",
+        "tether_desk.approval",  # the approval waits in a workflow of its own
+        "desk.status",
+    ]
+    waited = await DBOS.list_workflow_steps_async(wait_id(approval.run_id, approval.call_id))
+    names = [s["function_name"] for s in waited]
+    assert names[0] == "DBOS.setEvent" and "desk.approval" in names and "DBOS.recv" in names
+    assert names[-4:] == ["tether.tool.propose_refund", "tether.model", "desk.draft", "desk.status"]
+
+
+async def test_a_denial_refunds_nothing_and_the_agent_drafts_a_reply(durable: Desk) -> None:
+    tid = add_ticket(durable.db, "Article manquant, remboursez-moi 9 EUR svp.")
+    assert durable.runs is not None
+    await durable.runs.submit_new()
+    await until(durable.db, tid, "awaiting_approval")
+    approval = pending_approval(durable.db, tid)
+    assert approval is not None
+    await decide(durable, approval.id, staff_id(durable.db), approve=False, reason="photo first")
+    await until(durable.db, tid, "draft_ready")
+    with durable.db.read_connection() as c:
+        assert c.scalar(select(Refund.id).where(Refund.ticket_id == tid)) is None
+    draft = draft_of(durable.db, tid)
+    assert draft is not None and "Un conseiller" in draft.body
+
+
+async def test_an_approval_past_its_time_is_denied_from_the_console(durable: Desk) -> None:
+    durable.approval_ttl = timedelta(seconds=0)
+    try:
+        tid = add_ticket(durable.db, "Colis casse, je demande 5 EUR.")
+        assert durable.runs is not None
+        await durable.runs.submit_new()
+        await until(durable.db, tid, "awaiting_approval")
+    finally:
+        durable.approval_ttl = timedelta(hours=24)
+    assert await expire_due(durable) >= 1  # the console's loop does this once a minute
+    await until(durable.db, tid, "draft_ready")
+    with durable.db.read_connection() as c:
+        status = c.scalar(select(Approval.status).where(Approval.ticket_id == tid))
+        assert c.scalar(select(Refund.id).where(Refund.ticket_id == tid)) is None
+    assert status == "expired"
+
+
+async def test_queued_twice_decided_twice_forged_once_refunds_once(durable: Desk) -> None:
+    runs = durable.runs
+    assert isinstance(runs, DurableDesk)
+    tid = add_ticket(durable.db, "Colis abime, remboursez 7 EUR.")
+    await asyncio.gather(runs.submit(tid), runs.submit(tid), runs.submit_new())
+    await until(durable.db, tid, "awaiting_approval")
+    approval = pending_approval(durable.db, tid)
+    assert approval is not None
+    # a forged decision (other arguments) reaches the run, which ignores it and waits on
+    await runs.deliver(Decision(approval.call_id, "0" * 64, True, "", approval.run_id))
+    await asyncio.sleep(0.5)
+    assert refunds_by_order(durable.db).get(order_of(durable.db, tid)) is None
+    claimed = claim_decision(durable, approval.id, staff_id(durable.db), approve=True)
+    await resume(durable, claimed)
+    await resume(durable, claimed, replay=True)  # sent again: applied once
+    await until(durable.db, tid, "draft_ready")
+    assert await recover_decided(durable) == 0  # nothing left to send
+    with durable.db.read_connection() as c:
+        refunds = c.scalars(select(Refund.amount_cents).where(Refund.ticket_id == tid)).all()
+        run_ids = c.scalars(select(Run.id).where(Run.ticket_id == tid)).all()
+        decisions = c.scalars(
+            select(RunEvent.id).where(RunEvent.run_id.in_(run_ids), RunEvent.kind == "decision")
+        ).all()
+    assert refunds == [700] and len(run_ids) == 2 and len(decisions) == 1
+    workflows = await DBOS.list_workflows_async(workflow_ids=[workflow_id(tid)])
+    assert [w.status for w in workflows] == ["SUCCESS"]
+
+
+def order_of(db: Database, ticket_id: int) -> str:
+    with db.read_connection() as c:
+        return str(
+            c.scalar(
+                select(Order.number)
+                .join(Ticket, Ticket.order_id == Order.id)
+                .where(Ticket.id == ticket_id)
+            )
+        )
+
+
+def test_the_durable_log_sits_beside_the_desks_database(tmp_path: Path) -> None:
+    from tether.errors import ConfigError
+    from tether_desk.durable import system_database_url
+
+    assert system_database_url(sqlite_url(tmp_path / "desk.db")) == (
+        f"sqlite:///{tmp_path / 'desk.runs.db'}"
+    )
+    pg = "postgresql+psycopg://desk:secret@db:5432/desk"
+    assert system_database_url(pg) == "postgresql://desk:secret@db:5432/desk"
+    with pytest.raises(ConfigError, match="memory"):
+        system_database_url("sqlite+pysqlite:///:memory:")
