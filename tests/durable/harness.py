@@ -4,7 +4,9 @@ The harness enqueues runs through a :class:`dbos.DBOSClient` (another process's 
 the database) and approves every pending call from this process. Each run has its own
 crash point, where it stops (the plan ``parks``); once every run has stopped at its point
 and the run kept waiting waits for its approval, the harness SIGKILLs the worker: one
-kill cuts every run at its own boundary. It sends the kept run's decision while no
+kill cuts every run at its own boundary. The ``late`` runs are queued once the others
+have stopped: a run stopped inside a transaction holds its locks (all of SQLite's), which
+would keep the others short of their points. It sends the kept run's decision while no
 worker is alive, then restarts the worker with the same executor id, which finishes
 every run.
 """
@@ -63,7 +65,13 @@ class Harness:
             stderr=subprocess.STDOUT,
         )
 
-    async def run(self, prompts: dict[str, str], points: dict[str, str], waiting: str) -> Outcome:
+    async def run(
+        self,
+        prompts: dict[str, str],
+        points: dict[str, str],
+        waiting: str,
+        late: frozenset[str] = frozenset(),
+    ) -> Outcome:
         marks = self.workdir / "marks"
         marks.mkdir(exist_ok=True)
         self.env[ENV] = CrashPlan(points, marks, park=True).to_env()
@@ -71,7 +79,7 @@ class Harness:
         DBOS.migrate(self.database_url)  # the client does not create the tables
         client = DBOSClient(system_database_url=self.database_url)
         try:
-            return await self._drive(client, prompts, points, waiting, Outcome())
+            return await self._drive(client, prompts, points, waiting, late, Outcome())
         finally:
             client.destroy()
 
@@ -91,18 +99,23 @@ class Harness:
         prompts: dict[str, str],
         points: dict[str, str],
         waiting: str,
+        late: frozenset[str],
         outcome: Outcome,
     ) -> Outcome:
         proc = self.worker(outcome.starts)
         outcome.starts += 1
-        await self.enqueue(client, prompts)
+        await self.enqueue(client, {r: p for r, p in prompts.items() if r not in late})
         answered: set[tuple[str, int]] = set()
         deadline = time.monotonic() + self.deadline_seconds
         others = [r for r in prompts if r != waiting]
+        queued_late = not late
         while True:  # every run stops at its point; the kept one waits for approval
             self._check(proc, outcome, deadline)
             await approve_all(client, others, answered)
             stopped = {m.name for m in (self.workdir / "marks").iterdir()}
+            if not queued_late and set(points) - {waiting} - late <= stopped:
+                await self.enqueue(client, {r: prompts[r] for r in late})
+                queued_late = True
             if set(points) - {waiting} <= stopped:
                 state = await pending_state(waiting, client=client)
                 if state is not None:
@@ -120,7 +133,9 @@ class Harness:
             self._check(proc, outcome, deadline)
             await approve_all(client, list(prompts), answered)
             await asyncio.sleep(0.05)
-        self._check(proc, outcome, deadline)
+        if proc.returncode != 0:
+            log = (self.workdir / f"worker-{outcome.starts - 1}.log").read_text()
+            raise AssertionError(f"worker failed ({proc.returncode}):\n{log[-4000:]}")
         return outcome
 
     def _check(self, proc: subprocess.Popen[bytes], outcome: Outcome, deadline: float) -> None:

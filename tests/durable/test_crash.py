@@ -8,7 +8,9 @@ N-1 is logged", with nothing durable in between, so it is not listed apart. The
 approval's boundaries are among them: ``model.logged:2`` is the run awaiting approval
 with its state not yet published, ``tool.start:2:refund`` the decision received and the
 run resumed, ``model.logged:4`` the run ended before the workflow returned; and one run
-waits for its approval while the worker is killed and the decision is sent.
+waits for its approval while the worker is killed and the decision is sent. The run
+whose point is inside the ledger's transaction starts once the others have stopped (a
+run stopped there holds the ledger's lock).
 
 Afterwards: every run completed; the irreversible refund took effect once per run; the
 ledger line written by a transactional step exists once per run (it has no idempotency
@@ -44,7 +46,7 @@ POINTS = [
     "tool.returned:2:refund",
     "tool.logged:2:refund",
     "tool.before:3:record",
-    "tool.returned:3:record",
+    "tool.returned:3:record",  # inside the ledger's transaction: queued last
     "tool.logged:3:record",
     "model.before:4",
     "model.returned:4",
@@ -62,6 +64,8 @@ def prepare(tmp_path: Path, ledger_url: str) -> Path:
     engine = sa.create_engine(ledger_url)
     with engine.begin() as conn:
         conn.execute(sa.text("CREATE TABLE ledger (run_id TEXT, text TEXT)"))
+        if engine.dialect.name == "sqlite":  # a run stopped in a transaction blocks no reader
+            conn.execute(sa.text("PRAGMA journal_mode=WAL"))
     engine.dispose()
     return effects
 
@@ -75,7 +79,9 @@ async def crash_everywhere(tmp_path: Path, database_url: str, ledger_url: str) -
         tmp_path,
         {"CRASH_EFFECTS": str(effects), "CRASH_LEDGER": ledger_url},
     )
-    outcome = await harness.run({r: "Refund my order C-1042." for r in runs}, points, WAITING)
+    late = frozenset(r for r, p in points.items() if p == "tool.returned:3:record")
+    prompts = {r: "Refund my order C-1042." for r in runs}
+    outcome = await harness.run(prompts, points, WAITING, late)
 
     fired = {m.name: m.read_text() for m in (tmp_path / "marks").iterdir()}
     assert fired == points  # every run stopped at its point, once
