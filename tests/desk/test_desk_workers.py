@@ -161,11 +161,11 @@ def executors(url: str, ids: list[int]) -> dict[str, str]:
 
 
 def test_two_workers_share_the_queue(pg_db: Database, console: Console, tmp_path: Path) -> None:
-    ids = add_refund_tickets(pg_db, 24)
     with workers(tmp_path) as start:
-        one = start(pg_db.url, "w1", "--model", "scripted:0.05", "--concurrency", "4")
-        two = start(pg_db.url, "w2", "--model", "scripted:0.05", "--concurrency", "4")
-        console.submit()  # (the workers' own loops hand new tickets to the queue too)
+        one = start(pg_db.url, "w1", "--model", "scripted:0.2", "--concurrency", "4")
+        two = start(pg_db.url, "w2", "--model", "scripted:0.2", "--concurrency", "4")
+        ids = add_refund_tickets(pg_db, 24)  # once both take tickets
+        console.submit()
 
         def settled() -> bool:
             console.approve_pending()
