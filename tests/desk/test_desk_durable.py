@@ -138,12 +138,11 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
         "tether.ruling.propose_refund",  # it reads the ledger: a replay reads the log
         "desk.screen",
         "tether_desk.approval",  # the approval waits in a workflow of its own
-        "desk.status",
     ]
     waited = await DBOS.list_workflow_steps_async(wait_id(approval.run_id, approval.call_id))
     names = [s["function_name"] for s in waited]
     assert names[0] == "DBOS.setEvent" and "desk.approval" in names and "DBOS.recv" in names
-    assert names[-4:] == ["tether.tool.propose_refund", "tether.model", "desk.draft", "desk.status"]
+    assert names[-3:] == ["tether.tool.propose_refund", "tether.model", "desk.draft"]
 
 
 async def test_a_denial_refunds_nothing_and_the_agent_drafts_a_reply(durable: Desk) -> None:

@@ -162,18 +162,21 @@ class Flow:
             category = await self._triage(scope)
             if category == "tracking":
                 await self.effect("answer", _answer_tracking, self.db, scope)
+                outcome = "answered"
             elif category == "refund":
-                await self._refund(scope)
+                outcome = await self._refund(scope)
             else:
                 await self.effect("needs_human", set_status, self.db, ticket_id, "needs_human")
+                outcome = "needs_human"
         except DBOSException:
             raise
         except Exception:
             log.exception("ticket %s failed in the durable pipeline", ticket_id)
             await self.effect("failed", set_status, self.db, ticket_id, "failed")
+            outcome = "failed"
         await self.at("ticket.done")
         self.desk.changed(ticket_id)
-        return await self.effect("status", ticket_status, self.db, ticket_id)
+        return outcome
 
     async def _triage(self, scope: TicketScope) -> str:
         run_id = _run_id("triage")
@@ -192,13 +195,13 @@ class Flow:
         await self.effect("triaged", record_triage, recorder, scope, result)
         return result.category
 
-    async def _refund(self, scope: TicketScope) -> None:
+    async def _refund(self, scope: TicketScope) -> str:
         run_id = _run_id("refund")
         recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "refund")
         recorder.start()
         agent = self._agent(scope, recorder)
         result = await agent.run(REFUND_PROMPT, run_id=run_id)
-        await self._go_on(scope, recorder, agent, result)
+        return await self._go_on(scope, recorder, agent, result)
 
     # --- the approval's workflow --------------------------------------------------------
 
@@ -239,10 +242,10 @@ class Flow:
         assert agent.deps is not None
         deps = replace(agent.deps, approved_by=approver if decision.approved else None)
         result = await agent.resume(state, decisions, deps=deps)
-        await self._go_on(scope, recorder, agent, result)
+        outcome = await self._go_on(scope, recorder, agent, result)
         await self.at("approval.done")
         self.desk.changed(scope.ticket_id)
-        return await self.effect("status", ticket_status, self.db, scope.ticket_id)
+        return outcome
 
     # --- shared by both -----------------------------------------------------------------
 
@@ -259,10 +262,10 @@ class Flow:
         recorder: ReplayableRecorder,
         agent: Agent[AgentDeps],
         result: RunResult,
-    ) -> None:
+    ) -> str:
         """Refuse in code what no person should be asked (resuming the run with the
         refusals), then hand a call that needs a person to its own waiting workflow, or
-        write the draft."""
+        write the draft; returns the ticket's status."""
         for _ in range(MAX_SETTLE_ROUNDS):
             state = result.state
             if result.outcome.kind != "awaiting_approval" or state is None:
@@ -285,8 +288,9 @@ class Flow:
             wid = wait_id(result.run_id, screened["chosen"])
             with SetWorkflowID(wid):
                 await DBOS.start_workflow_async(approval_workflow, waiting)
-            return
+            return "awaiting_approval"
         await self.effect("draft", _finish_run, self.db, scope, recorder, result)
+        return "draft_ready" if result.outcome.completed and result.output.strip() else "failed"
 
 
 # --- step bodies (blocking; each runs in a thread) ----------------------------------------

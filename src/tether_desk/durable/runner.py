@@ -162,10 +162,20 @@ class DurableDesk:
         self._calls += 1
         after = 0 if self._calls % SWEEP_EVERY == 1 else self._high_water
         ids = await asyncio.to_thread(self._new_after, after)
-        for ticket_id in ids:
+        if not ids:
+            return 0
+        self._high_water = max(self._high_water, *ids)
+        queued = await asyncio.to_thread(
+            self.client.list_workflows,
+            workflow_ids=[workflow_id(t) for t in ids],
+            load_input=False,
+            load_output=False,
+        )
+        known = {w.workflow_id for w in queued}
+        fresh = [t for t in ids if workflow_id(t) not in known]
+        for ticket_id in fresh:
             await self.submit(ticket_id)
-            self._high_water = max(self._high_water, ticket_id)
-        return len(ids)
+        return len(fresh)
 
     def _new_after(self, after: int) -> list[int]:
         with self.desk.db.read_connection() as c:
