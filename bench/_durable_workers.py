@@ -27,6 +27,9 @@ from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
 
 TEXT = "Mon colis est arrive abime, je demande 20 EUR."
+POLL = 0.1
+"""Seconds between a worker's looks at the queue (``tether worker --poll``; 1 s by default):
+a freed place waits for the next look, and every look costs the worker some CPU."""
 
 
 def desk_db(url: str, tickets: int) -> tuple[Database, list[int], int]:
@@ -73,7 +76,7 @@ class Phase:
         log = self.workdir / f"{worker_id}.log"
         argv = [sys.executable, "-c", "from tether.cli import main; main()", "worker"]
         argv += ["--db", self.url, "--id", worker_id, "--model", "scripted:0.1"]
-        argv += ["--concurrency", str(self.concurrency), "--poll", "0.05", *extra]
+        argv += ["--concurrency", str(self.concurrency), "--poll", str(POLL), *extra]
         with open(log, "wb") as out:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             self.workers[worker_id] = subprocess.Popen(argv, stdout=out, stderr=out, env=env)

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from dbos import DBOS, SetWorkflowID
 from sqlalchemy import select
 
-from _durable_workers import desk_db, killed_midway, throughput
+from _durable_workers import POLL, desk_db, killed_midway, throughput
 from _report import machine, write_section
 from postgres_server import postgres_server
 from tether import Agent, ToolCall, tool
@@ -317,7 +317,8 @@ them). One command: `uv run python bench/durable.py` (starts Debian's PostgreSQL
 
 A desk ticket here makes four model calls (triage, two agent turns before the approval,
 one after) and waits for its approval, which this process gives as staff would from the
-console, as soon as it is stored. A worker taking C tickets at a time from the queue
+console, as soon as it is stored. Workers look at the queue every {POLL:g} s. A worker
+taking C tickets at a time from the queue
 tops out near C / 0.3 s (the three model calls before the approval; a ticket waiting
 for its approval does not hold a place: it waits in a workflow of its own). The CPU
 columns say when the machine, not the model, sets the pace: two cores shared by both
