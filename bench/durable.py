@@ -1,6 +1,6 @@
 """Durable runs and the durable desk, in one command:
 
-    uv run python bench/durable.py [--tickets 300] [--concurrency 2,4] [--pg-url URL]
+    uv run python bench/durable.py [--tickets 300] [--concurrency 1,4] [--pg-url URL]
 
 1. **Overhead per step against the plain loop**, on SQLite, in one process, with an
    instant scripted model: (a) the agent loop, the same 3-turn run (5 steps) 200 times
@@ -198,7 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tickets", type=int, default=300)
     parser.add_argument(
-        "--concurrency", default="2,4", help="tickets per worker at a time, comma-separated"
+        "--concurrency", default="1,4", help="tickets per worker at a time, comma-separated"
     )
     parser.add_argument("--pg-url", help="a PostgreSQL server URL without database name")
     args = parser.parse_args()

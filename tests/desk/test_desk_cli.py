@@ -64,3 +64,73 @@ def test_the_runtime_finds_the_desk_commands_through_entry_points() -> None:
     assert commands.count("serve") == 1
     result = CliRunner().invoke(cli.app, ["desk", "--help"])
     assert result.exit_code == 0 and "demo" in result.output
+
+
+def test_a_ticket_cut_short_by_a_killed_serve_resumes_at_the_next_start(tmp_path: Path) -> None:
+    """The main job's durability: ``tether serve`` on SQLite, killed (SIGKILL) while the
+    refund agent works, started again: the ticket goes on from its last logged step."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from desk_server import free_port
+    from helpers import ticket_id_by_order
+    from sqlalchemy import select
+
+    from tether_desk.db import Database, sqlite_url
+    from tether_desk.models import Run, RunEvent, Ticket
+    from tether_desk.seed import seed
+
+    db_path = tmp_path / "desk.db"
+
+    def start() -> subprocess.Popen[str]:
+        argv = [sys.executable, "-c", "from tether.cli import main; main()", "serve"]
+        argv += ["--db", str(db_path), "--model", "scripted:0.7", "--port", str(free_port())]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        return subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True
+        )
+
+    def status(db: Database, ticket: int) -> str:
+        with db.read_connection() as c:
+            return str(c.scalar(select(Ticket.status).where(Ticket.id == ticket)))
+
+    def wait(check: object, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds
+        while not check():  # type: ignore[operator]
+            assert time.monotonic() < deadline, "not in time"
+            time.sleep(0.05)
+
+    db = Database(sqlite_url(db_path))
+    db.migrate()
+    seed(db)
+    ticket = ticket_id_by_order(db, "C-2210")  # a refund of 12 EUR
+    first = start()  # takes the new tickets at once
+    wait(lambda: status(db, ticket) == "triaging")
+
+    def agent_at_work() -> bool:  # its run exists, not yet its approval
+        with db.read_connection() as c:
+            found = c.scalar(select(Run.id).where(Run.kind == "refund", Run.ticket_id == ticket))
+        return found is not None
+
+    wait(agent_at_work)
+    first.kill()
+    first.communicate()
+    assert status(db, ticket) == "triaging"
+    second = start()
+    try:
+        wait(lambda: status(db, ticket) == "awaiting_approval")
+    finally:
+        second.send_signal(signal.SIGINT)
+        out = second.communicate(timeout=30)[0]
+    assert second.returncode == 0 and "durable" in out, out
+    with db.read_connection() as c:
+        runs = c.execute(select(Run.id, Run.kind).where(Run.ticket_id == ticket)).all()
+        kinds = c.scalars(
+            select(RunEvent.kind).where(RunEvent.run_id.in_([r for r, _ in runs]))
+        ).all()
+    assert sorted(k for _, k in runs) == ["refund", "triage"]  # each run once
+    assert kinds.count("triage") == 1 and kinds.count("approval_requested") == 1
+    db.dispose()
