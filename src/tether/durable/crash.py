@@ -1,29 +1,24 @@
-"""Crash injection for durable runs: SIGKILL the worker at a chosen step boundary, once.
+"""Crash injection for durable runs: kill the worker at a chosen step boundary, once.
 
-A :class:`CrashPlan` names, for each workflow id, one boundary where its worker dies:
-
-* ``model.before`` / ``model.returned``: inside the model step, before the request and
-  after the reply, before DBOS logs it (the request is repeated on recovery);
-* ``model.logged``: after the step's output is in the log;
-* ``tool.before`` / ``tool.returned`` / ``tool.logged``: the same around a tool step
-  (``tool.returned`` is the worst case for an irreversible tool: its effect is done, the
-  log does not know it);
-* ``approval.requested``: the run is awaiting approval, its state not yet published;
-  ``approval.received``: the decisions are logged, the resumed run has not started;
-* ``run.done``: the run ended, the workflow has not returned.
+A :class:`CrashPlan` names, for each workflow id, one boundary where its run is cut. The
+wrappers reach the boundaries: :class:`CrashingClient` around each model request,
+:class:`CrashingTool` around each tool call. Wrapped inside the durable step (around the
+agent's own client and tools), they reach ``model.before`` / ``model.returned`` and
+``tool.before`` / ``tool.returned``: before the work, and after it but before DBOS logs
+it (``tool.returned`` is the worst case for an irreversible tool: its effect is done, the
+log does not know it). Wrapped outside the step (around the durable agent's client and
+tools, with other names: ``model.start`` / ``model.logged``, ``tool.start`` /
+``tool.logged``), they reach the points before a step starts and after it is logged.
 
 A point is written ``BOUNDARY``, ``BOUNDARY:TURN`` or ``BOUNDARY:TURN:TOOL``. Each point
 fires once across restarts (a marker file is written first), so the restarted worker
-replays past it. Wrap the agent's client with :class:`CrashingClient`, its tools with
-:class:`CrashingTool`, and add :meth:`CrashPlan.listener` to its listeners; the plan
-comes from the environment variable ``TETHER_CRASH_PLAN`` (JSON ``{"marks": DIR,
-"points": {WORKFLOW_ID: POINT}, "park": BOOL}``).
+replays past it. The plan comes from the environment variable ``TETHER_CRASH_PLAN``
+(JSON ``{"marks": DIR, "points": {WORKFLOW_ID: POINT}, "park": BOOL}``).
 
-With ``park``, a run that reaches its point does not kill the worker: it stops there (it
-waits forever) and the test kills the worker once every run has reached its point, so
-one SIGKILL cuts every run at its own boundary. Parking needs an ``await``: the wrappers
-park (give them the boundary names to use, inside or outside the durable step), the
-listener's points (called synchronously) always kill.
+Without ``park`` the worker SIGKILLs itself at the point. With ``park`` the run stops
+there (it waits forever) and the test kills the worker once every run has reached its
+point: one SIGKILL cuts every run at its own boundary. A run stopped inside a database
+transaction holds its locks (all of SQLite's): start it once the others have stopped.
 """
 
 from __future__ import annotations
@@ -34,14 +29,13 @@ import os
 import signal
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dbos import DBOS
 
 from tether.clients import ChatClient, ChatOptions, ChatResponse, DelegatingChatClient
-from tether.events import Event, ModelResponse, RunFinished, RunStarted, ToolCallFinished
 from tether.messages import Message
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
 
@@ -57,7 +51,6 @@ class CrashPlan:
     marks: Path
     park: bool = False
     """Stop at the point and wait to be killed, instead of killing the worker."""
-    _starts: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> CrashPlan | None:
@@ -72,11 +65,6 @@ class CrashPlan:
         """The value of ``TETHER_CRASH_PLAN`` for this plan."""
         data = {"points": dict(self.points), "marks": str(self.marks), "park": self.park}
         return json.dumps(data)
-
-    def reached(self, boundary: str, turn: int | None = None, tool: str = "") -> None:
-        """Die here if this is the current workflow's point and it has not fired yet."""
-        if self._fire(boundary, turn, tool):
-            os.kill(os.getpid(), signal.SIGKILL)
 
     async def arrive(self, boundary: str, turn: int | None = None, tool: str = "") -> None:
         """Stop here (``park``) or die, if this is the current workflow's point and it
@@ -102,22 +90,6 @@ class CrashPlan:
                 f.flush()
                 os.fsync(f.fileno())
         return True
-
-    def listener(self, event: Event) -> None:
-        """The boundaries seen from the loop's events (after a step is logged)."""
-        if isinstance(event, ModelResponse):
-            self.reached("model.logged", event.turn)
-        elif isinstance(event, ToolCallFinished):
-            self.reached("tool.logged", event.turn, event.call.name)
-        elif isinstance(event, RunStarted):
-            n = self._starts[event.run_id] = self._starts.get(event.run_id, 0) + 1
-            if n > 1:
-                self.reached("approval.received")
-        elif isinstance(event, RunFinished):
-            if event.outcome.kind == "awaiting_approval":
-                self.reached("approval.requested")
-            else:
-                self.reached("run.done")
 
 
 def _matches(point: str, boundary: str, turn: int | None, tool: str) -> bool:
