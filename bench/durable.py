@@ -226,6 +226,7 @@ def main() -> None:
                 )
                 print(f"concurrency {c}, two workers: {two}")
                 pairs.append((c, one, two))
+                load.append(os.getloadavg()[0])
             kill = asyncio.run(
                 killed_midway(database(pg, "bench_kill"), args.tickets, workdir, levels[0])
             )
@@ -249,7 +250,7 @@ def report(
     n = args.tickets
     killed = (
         f"{int(kill['done'])}/{n} with their draft, {int(kill['refunded'])} refunded, "
-        f"{int(kill['twice'])} refunded twice, {int(kill['held'])} runs taken over, "
+        f"{int(kill['twice'])} refunded twice, runs taken over: {int(kill['held'])}, "
         f"{kill['seconds']:.1f} s"
     )
     all_done = kill["done"] == n and kill["twice"] == 0 and kill["refunded"] == n
@@ -308,10 +309,10 @@ def report(
     table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
     return f"""## Durable runs and the durable desk (`bench/durable.py`)
 
-{machine()}; load average {load[0]:.1f} at the start, {load[-1]:.1f} at the end (the
-machine is shared: other work ran on its two cores, PostgreSQL and the workers share
-them). One command: `uv run python bench/durable.py` (starts Debian's PostgreSQL on
-127.0.0.1 for its length).
+{machine()}; load average {load[0]:.1f} at the start, {load[-1]:.1f} at the end, up to
+{max(load):.1f} between phases (the machine is shared: other work ran on its two cores,
+PostgreSQL and the workers share them). One command: `uv run python bench/durable.py`
+(starts Debian's PostgreSQL on 127.0.0.1 for its length).
 
 {table}
 
