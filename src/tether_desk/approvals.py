@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, insert, select
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
@@ -34,6 +34,7 @@ from tether_desk.money import format_cents
 from tether_desk.orders import OrderView, order_view
 
 PAGE_SIZE = 25
+_INSERT_APPROVAL = insert(Approval).returning(Approval.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,12 @@ def argument_origins(arguments: dict[str, Any], body: str, view: OrderView) -> l
     if isinstance(reason, str):
         out.append(Origin("reason", reason[:500], "written by the model"))
     return out
+
+
+def insert_approval(connection: Connection, values: dict[str, Any]) -> int:
+    """Store a pending approval in the caller's transaction; returns its id. Raises
+    :class:`sqlalchemy.exc.IntegrityError` if one already waits for the ticket."""
+    return int(connection.scalar(_INSERT_APPROVAL, values) or 0)
 
 
 def screen(db: Database, approval_id: int, detector: Detector = flag_instructions) -> Screen:

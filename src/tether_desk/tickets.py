@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tether_desk.clock import utcnow
@@ -24,6 +25,15 @@ MAX_SUBJECT = 200
 MAX_BODY = 8_000
 PAGE_SIZE = 25
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+_INSERT_TICKET = insert(Ticket).returning(Ticket.id)
+_SET_TICKET = update(Ticket).where(Ticket.id == bindparam("ticket_id_"))
+_TICKET_AND_DRAFT = (
+    select(Ticket.status, Ticket.replied_at, Draft.id, Draft.body)
+    .outerjoin(Draft, Draft.ticket_id == Ticket.id)
+    .where(Ticket.id == bindparam("ticket_id_"))
+)
+_SET_DRAFT = update(Draft).where(Draft.id == bindparam("draft_id_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +75,48 @@ def open_ticket(db: Database, customer_id: int, order_number: str, subject: str,
     """Open a ticket for the customer on their order ``order_number``; returns its id."""
     subject = clean_text(subject, "subject", MAX_SUBJECT)
     body = clean_text(body, "message", MAX_BODY)
-    with db.write() as s:
-        order_id = customer_order_id(s, customer_id, order_number)
-        ticket = Ticket(customer_id=customer_id, order_id=order_id, subject=subject, body=body)
-        s.add(ticket)
-        s.flush()
-        return ticket.id
+    with db.write_connection() as c:
+        order_id = customer_order_id(c, customer_id, order_number)
+        values = {"customer_id": customer_id, "order_id": order_id, "subject": subject}
+        return int(c.scalar(_INSERT_TICKET, {**values, "body": body}) or 0)
+
+
+def set_ticket(connection: Connection, ticket_id: int, **values: object) -> None:
+    """Set columns of a ticket (and its ``updated_at``) in the caller's transaction."""
+    connection.execute(_SET_TICKET, {"ticket_id_": ticket_id, "updated_at": utcnow(), **values})
+
+
+def agent_draft(connection: Connection, ticket_id: int, body: str) -> None:
+    """Write the agent's draft for a ticket (replacing an unsent one; a sent reply never
+    changes) and mark the ticket ``draft_ready``, in the caller's transaction: one upsert."""
+    statement = _DRAFT_UPSERTS.get(connection.dialect.name)
+    if statement is None:
+        statement = _DRAFT_UPSERTS[connection.dialect.name] = _draft_upsert(connection)
+    now = utcnow()
+    connection.execute(statement, {"ticket_id_": ticket_id, "body_": body, "now_": now})
+    set_ticket(connection, ticket_id, status="draft_ready", updated_at=now)
+
+
+_DRAFT_UPSERTS: dict[str, Executable] = {}
+
+
+def _draft_upsert(connection: Connection) -> Executable:
+    make = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
+    statement = make(Draft).values(
+        ticket_id=bindparam("ticket_id_"),
+        body=bindparam("body_"),
+        author="agent",
+        updated_at=bindparam("now_"),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[Draft.ticket_id],
+        set_={
+            "body": statement.excluded.body,
+            "author": statement.excluded.author,
+            "updated_at": statement.excluded.updated_at,
+        },
+        where=Draft.sent_at.is_(None),
+    )
 
 
 def _rows(session: Session, where: list[object], page: int) -> Page:
@@ -156,22 +202,17 @@ def save_draft(db: Database, ticket_id: int, body: str, author: str) -> None:
 
 def send_reply(db: Database, ticket_id: int, staff_id: int) -> None:
     """Send the ticket's draft to the customer (staff only: no tool can do this)."""
-    with db.write() as s:
-        ticket = s.get(Ticket, ticket_id)
-        if ticket is None:
+    with db.write_connection() as c:
+        row = c.execute(_TICKET_AND_DRAFT, {"ticket_id_": ticket_id}).one_or_none()
+        if row is None:
             raise NotFound(f"There is no ticket {ticket_id}.")
-        draft = s.scalar(select(Draft).where(Draft.ticket_id == ticket_id))
-        if draft is None:
+        status, replied_at, draft_id, body = row
+        if draft_id is None:
             raise InvalidInput("There is no draft to send; write a reply first.")
-        if ticket.replied_at is not None:
+        if replied_at is not None:
             raise InvalidInput("This ticket was already answered.")
-        if ticket.status == "awaiting_approval":
+        if status == "awaiting_approval":
             raise InvalidInput("A refund waits for a decision; decide it before replying.")
         now = utcnow()
-        draft.sent_at, draft.sent_by = now, staff_id
-        ticket.reply, ticket.replied_at, ticket.status, ticket.updated_at = (
-            draft.body,
-            now,
-            "answered",
-            now,
-        )
+        c.execute(_SET_DRAFT, {"draft_id_": draft_id, "sent_at": now, "sent_by": staff_id})
+        set_ticket(c, ticket_id, reply=body, replied_at=now, status="answered", updated_at=now)
