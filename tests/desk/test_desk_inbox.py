@@ -57,9 +57,14 @@ def test_counts_stay_exact_whatever_writes_the_tickets(db: Database) -> None:
 
 def test_a_rolled_back_change_leaves_the_counts_alone(db: Database) -> None:
     before = counted(db)
-    with pytest.raises(RuntimeError), db.write() as s:
-        s.execute(update(Ticket).values(status="answered"))
-        raise RuntimeError("stop")
+
+    def change_then_fail() -> None:
+        with db.write() as s:
+            s.execute(update(Ticket).values(status="answered"))
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        change_then_fail()
     assert counted(db) == before == actual(db)
 
 
