@@ -82,7 +82,7 @@ class Ticket(Base):
 
     __tablename__ = "tickets"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    customer_id: Mapped[int] = mapped_column(ForeignKey("customers.id"), index=True)
+    customer_id: Mapped[int] = mapped_column(ForeignKey("customers.id"))
     order_id: Mapped[int] = mapped_column(ForeignKey("orders.id"), index=True)
     subject: Mapped[str] = mapped_column(String(200))
     body: Mapped[str] = mapped_column(Text)
@@ -92,7 +92,10 @@ class Ticket(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     replied_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
-    __table_args__ = (Index("ix_tickets_status_id", "status", "id"),)
+    __table_args__ = (
+        Index("ix_tickets_status_id", "status", "id"),
+        Index("ix_tickets_customer_id_id", "customer_id", "id"),
+    )
 
 
 class TicketCount(Base):

@@ -133,17 +133,23 @@ _PAGE_COLUMNS = (
     Ticket.created_at,
 )
 _PAGES: dict[tuple[str, str], Executable] = {}
-_COUNT_ALL = select(func.coalesce(func.sum(TicketCount.n), 0))
-_COUNT_STATUS = select(TicketCount.n).where(TicketCount.status == bindparam("status"))
-_COUNT_CUSTOMER = select(func.count(Ticket.id)).where(
-    Ticket.customer_id == bindparam("customer_id")
-)
+_OTHER = Ticket.__table__.alias("other")
+_COUNTS: dict[str, Any] = {
+    "all": select(func.coalesce(func.sum(TicketCount.n), 0)),
+    "status": select(TicketCount.n).where(TicketCount.status == bindparam("status")),
+    "customer": select(func.count(_OTHER.c.id)).where(
+        _OTHER.c.customer_id == bindparam("customer_id")
+    ),
+}
+"""How many tickets a list has: from ``ticket_counts`` (no scan), or a customer's own from
+the (customer_id, id) index."""
 
 
 def _page_statement(where: str, mode: str) -> Executable:
-    """A page's rows: first its ids from an index alone (all tickets: the primary key;
-    ``status``: (status, id); ``customer``: (customer_id)), by keyset (``before``/``after``
-    an id) or by offset, then those rows and their order and customer by primary key."""
+    """A page's rows and the list's count, in one statement: first the page's ids from an
+    index alone (all tickets: the primary key; ``status``: (status, id); ``customer``:
+    (customer_id, id)), by keyset (``before``/``after`` an id) or by offset, then those rows
+    and their order and customer by primary key."""
     key = (where, mode)
     if key in _PAGES:
         return _PAGES[key]
@@ -160,7 +166,7 @@ def _page_statement(where: str, mode: str) -> Executable:
         ids = ids.order_by(Ticket.id.desc()).offset(bindparam("offset"))
     page = ids.limit(PAGE_SIZE).subquery()
     statement = (
-        select(*_PAGE_COLUMNS)
+        select(*_PAGE_COLUMNS, _COUNTS[where].scalar_subquery())
         .select_from(page)
         .join(Ticket, Ticket.id == page.c.id)
         .join(Order, Order.id == Ticket.order_id)
@@ -179,23 +185,23 @@ def _rows(
     before: int | None,
     after: int | None,
 ) -> Page:
+    page = max(1, page)
+    if before is not None:
+        mode, query = "before", {**params, "before": before}
+    elif after is not None:
+        mode, query = "after", {**params, "after": after}
+    else:
+        mode, query = "offset", {**params, "offset": (page - 1) * PAGE_SIZE}
     with db.read_connection() as c:
-        if where == "customer":
-            total = int(c.scalar(_COUNT_CUSTOMER, params) or 0)
-        elif where == "status":
-            total = int(c.scalar(_COUNT_STATUS, params) or 0)
-        else:
-            total = int(c.scalar(_COUNT_ALL) or 0)
+        result = c.execute(_page_statement(where, mode), query).all()
+        total = int(result[0][-1] or 0) if result else int(c.scalar(_COUNTS[where], params) or 0)
         pages = max(1, -(-total // PAGE_SIZE))
-        page = min(max(1, page), pages)
-        if before is not None:
-            mode, params = "before", {**params, "before": before}
-        elif after is not None:
-            mode, params = "after", {**params, "after": after}
-        else:
-            mode, params = "offset", {**params, "offset": (page - 1) * PAGE_SIZE}
-        result = c.execute(_page_statement(where, mode), params).all()
-    rows = [TicketRow(*r) for r in result]
+        if not result and mode == "offset" and page > pages:  # past the end: the last page
+            page = pages
+            query["offset"] = (page - 1) * PAGE_SIZE
+            result = c.execute(_page_statement(where, mode), query).all()
+    page = min(page, pages)
+    rows = [TicketRow(*r[:-1]) for r in result]
     newer = rows[0].id if rows and page > 1 else None
     older = rows[-1].id if rows and page < pages else None
     return Page(rows, page, pages, total, newer, older)

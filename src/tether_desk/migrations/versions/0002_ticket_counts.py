@@ -5,7 +5,8 @@ them scans the table; ``ticket_counts`` holds one row per status, kept exact by 
 ``tickets`` (insert, delete, and an update that changes the status), in the transaction
 that changes the ticket, whatever code or process writes it. ``ix_tickets_status_id``
 (status, id) serves the inbox filtered by status newest first, and the worker's oldest-new
-first, from the index alone; it replaces the index on status alone.
+first, from the index alone; ``ix_tickets_customer_id_id`` (customer_id, id) does the same for
+a customer's own list. They replace the indexes on status and on customer_id alone.
 
 Revision ID: 0002
 Revises: 0001
@@ -66,6 +67,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_tickets_status_id", "tickets", ["status", "id"])
     op.drop_index("ix_tickets_status", table_name="tickets")
+    op.create_index("ix_tickets_customer_id_id", "tickets", ["customer_id", "id"])
+    op.drop_index("ix_tickets_customer_id", table_name="tickets")
     op.execute(
         "INSERT INTO ticket_counts (status, n) SELECT status, count(*) FROM tickets GROUP BY status"
     )
@@ -75,6 +78,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.create_index("ix_tickets_customer_id", "tickets", ["customer_id"])
+    op.drop_index("ix_tickets_customer_id_id", table_name="tickets")
     op.create_index("ix_tickets_status", "tickets", ["status"])
     op.drop_index("ix_tickets_status_id", table_name="tickets")
     if op.get_bind().dialect.name == "postgresql":
