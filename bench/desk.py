@@ -230,7 +230,7 @@ ROWS = (
     ("server CPU per page", "{:.2f} ms", "i", "server_cpu_ms", "", None),
     ("clients' CPU per page", "{:.2f} ms", "i", "client_cpu_ms", "", None),
 )  # fmt: skip
-SHARES = ("tether", "desk", "SQLAlchemy", "SQLite driver", "pydantic", "other")
+SHARES = ("tether", "desk", "SQLAlchemy", "SQLite driver", "pydantic", "worker threads", "other")
 
 
 def table(p: dict[str, dict[str, Any]], i: dict[str, dict[str, Any]], before: str | None) -> str:
@@ -291,7 +291,10 @@ and CPU time are the median of {TICKETS:,} tickets in {ROUNDS} batches; statemen
 transactions and the shares come from two more passes of 200 tickets (SQLAlchemy's
 statement events and SQLite's own trace; cProfile, which inflates call-heavy code such as
 SQLAlchemy's, so the shares are indicative). "tether" is the runtime (the loop, tools,
-approvals, the state store), "desk" the desk's own code.
+approvals, the state store), "desk" the desk's own code, "worker threads" the event loop
+waiting on a thread (the refund tool, the state store's claim: their own work is not
+profiled), "other" the standard library (asyncio, json...); a built-in's time goes to
+its callers.
 
 The inbox: `tether serve` (one uvicorn process, with its ticket worker) on {INBOX_TICKETS:,}
 tickets; {CLIENTS} clients on their own keep-alive connections each ask {REQUESTS_PER_CLIENT}
