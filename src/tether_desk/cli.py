@@ -28,11 +28,11 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
+def _open(db_url: str, model: str | None) -> tuple[object, object, object, bool]:
     try:
         from tether.errors import TetherError
         from tether_desk.db import Database
-        from tether_desk.models_cli import desk_client, resolve_spec
+        from tether_desk.models_cli import desk_client, desk_triage_client, resolve_spec
         from tether_desk.seed import seed
     except ImportError as exc:
         raise _fail(
@@ -40,7 +40,9 @@ def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
             "pip install 'tether[desk]'"
         ) from exc
     try:
-        client = desk_client(resolve_spec(model), say=lambda s: typer.secho(s, fg="yellow"))
+        spec = resolve_spec(model)
+        client = desk_client(spec, say=lambda s: typer.secho(s, fg="yellow"))
+        triage = desk_triage_client(spec)
     except TetherError as exc:
         raise _fail(str(exc)) from exc
     db = Database(db_url)
@@ -48,7 +50,7 @@ def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
         db.migrate()
     except Exception as exc:
         raise _fail(f"cannot open the database {db_url!r}: {type(exc).__name__}: {exc}") from exc
-    return db, client, seed(db)
+    return db, client, triage, seed(db)
 
 
 def serve_command(
@@ -59,14 +61,14 @@ def serve_command(
 ) -> None:
     """Serve the support desk's web console (creates, migrates and seeds the database on
     first start; reuses it afterwards)."""
-    database, client, seeded = _open(db, model)
+    database, client, triage, seeded = _open(db, model)
     import uvicorn
 
     from tether_desk.pipeline import Desk
     from tether_desk.seed import ACCOUNTS
     from tether_desk.web.app import create_app
 
-    app = create_app(Desk(database, client))  # type: ignore[arg-type]
+    app = create_app(Desk(database, client, triage))  # type: ignore[arg-type]
     where = db if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
     typer.echo(f"console:  http://{host}:{port}/   (Ctrl-C stops it)")
@@ -109,7 +111,7 @@ def desk_demo(
     from sqlalchemy import select
 
     with tempfile.TemporaryDirectory(prefix="tether-desk-") as tmp:
-        database, client, _ = _open(db or str(Path(tmp) / "demo.db"), model)
+        database, client, triage, _ = _open(db or str(Path(tmp) / "demo.db"), model)
         from tether_desk.demo import run_demo
         from tether_desk.models import Staff
         from tether_desk.pipeline import Desk
@@ -118,7 +120,8 @@ def desk_demo(
             staff_id = s.scalar(select(Staff.id))
         console = Console()
         try:
-            asyncio.run(run_demo(Desk(database, client), console, int(staff_id), console.input))  # type: ignore[arg-type]
+            desk = Desk(database, client, triage)  # type: ignore[arg-type]
+            asyncio.run(run_demo(desk, console, int(staff_id), console.input))
         except (KeyboardInterrupt, EOFError):
             console.print("\nstopped.")
         finally:
