@@ -44,7 +44,11 @@ _INSERT_RUN = insert(Run)
 _INSERT_EVENTS = insert(RunEvent)
 _FINISH_RUN = update(Run).where(Run.id == bindparam("run_id_"))
 _LAST_SEQ = select(func.max(RunEvent.seq)).where(RunEvent.run_id == bindparam("run_id_"))
-_RUNNING = update(Run).where(Run.id == bindparam("run_id_")).values(status="running")
+_RUNNING = (  # a resumed run runs again, unless another resume already took it further
+    update(Run)
+    .where(Run.id == bindparam("run_id_"), Run.status == "awaiting_approval")
+    .values(status="running")
+)
 
 
 def _cap(text: str) -> str:
