@@ -15,6 +15,10 @@ import typer
 
 DEFAULT_DB = "tether-desk.db"
 DB_HELP = "Database: a SQLite file path or URL, or postgresql://... (default: ./tether-desk.db)."
+WORKERS_HELP = (
+    "Worker processes serving the console (each loads the model and processes tickets); "
+    "more than one needs a database other processes can open."
+)
 MODEL_HELP = (
     "Model spec: local (embedded, offline), scripted, anthropic:MODEL, openai:MODEL, "
     "openai-chat:MODEL@URL; default: $TETHER_MODEL, else local."
@@ -58,6 +62,7 @@ def serve_command(
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
 ) -> None:
     """Serve the support desk's web console (creates, migrates and seeds the database on
     first start; reuses it afterwards)."""
@@ -68,21 +73,56 @@ def serve_command(
     from tether_desk.seed import ACCOUNTS
     from tether_desk.web.app import create_app
 
-    app = create_app(Desk(database, client, triage))  # type: ignore[arg-type]
+    desk = Desk(database, client, triage)  # type: ignore[arg-type]
+    app = create_app(desk) if workers == 1 else None
     where = db if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
     typer.echo(f"console:  http://{host}:{port}/   (Ctrl-C stops it)")
     typer.echo("demo accounts:")
     for a in ACCOUNTS:
         typer.echo(f"  {a.role:8} {a.email:32} password {a.password}")
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     try:
-        uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
+        if app is not None:
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
+        else:
+            _serve_workers(desk, model, host, port, workers)
     except KeyboardInterrupt:
         pass
     finally:
         database.dispose()  # type: ignore[attr-defined]
     typer.echo("stopped.")
+
+
+def _serve_workers(desk: object, model: str | None, host: str, port: int, workers: int) -> None:
+    """``workers`` uvicorn processes, each building its console from the environment; the
+    secrets are made and decided runs recovered here first, once."""
+    import os
+
+    import uvicorn
+
+    from tether_desk.decisions import recover_decided
+    from tether_desk.models_cli import resolve_spec
+    from tether_desk.pipeline import Desk
+    from tether_desk.web.app import stored_secret
+    from tether_desk.web.served import DB_ENV, MODEL_ENV
+
+    assert isinstance(desk, Desk)
+    for key in ("session_secret", "csrf_secret"):
+        stored_secret(desk.db, key)
+    asyncio.run(recover_decided(desk))
+    os.environ[DB_ENV] = desk.db.url
+    os.environ[MODEL_ENV] = resolve_spec(model)
+    typer.echo(f"workers:  {workers} processes")
+    uvicorn.run(
+        "tether_desk.web.served:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        lifespan="on",
+    )
 
 
 @desk_app.command("serve")
@@ -91,9 +131,10 @@ def desk_serve(
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
 ) -> None:
     """Serve the web console (the same as tether serve)."""
-    serve_command(db, model, host, port)
+    serve_command(db, model, host, port, workers)
 
 
 @desk_app.command("demo")

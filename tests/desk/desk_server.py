@@ -28,11 +28,15 @@ class Served:
 
 @contextmanager
 def serve(
-    db: str, model: str = "scripted", port: int | None = None, env: dict[str, str] | None = None
+    db: str,
+    model: str = "scripted",
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
 ) -> Iterator[Served]:
     """Run ``tether serve`` until the block ends; then Ctrl-C it and check it stopped.
     ``env``: variables added to this process's environment (``PYTHONPATH`` for another
-    revision in a benchmark)."""
+    revision in a benchmark); ``args``: more options (``--workers 2``)."""
     port = port or free_port()
     process = subprocess.Popen(
         [
@@ -46,6 +50,7 @@ def serve(
             model,
             "--port",
             str(port),
+            *args,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

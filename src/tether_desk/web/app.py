@@ -107,12 +107,15 @@ def wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
 
-def create_app(desk: Desk, *, start_worker: bool = True, secure_cookies: bool = False) -> FastAPI:
-    """The console for ``desk``; ``start_worker`` processes tickets in this process."""
+def create_app(
+    desk: Desk, *, start_worker: bool = True, secure_cookies: bool = False, recover: bool = True
+) -> FastAPI:
+    """The console for ``desk``; ``start_worker`` processes tickets in this process, after
+    resuming decided runs that never continued if ``recover``."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        worker = TicketWorker(desk)  # one per running loop; claims keep each ticket to one
+        worker = TicketWorker(desk, recover=recover)  # one per loop; claims keep tickets to one
         worker.start(process=start_worker)
         app.state.worker = worker
         try:
