@@ -50,7 +50,7 @@ ROUNDS = 4
 INBOX_TICKETS = 10_000
 CLIENTS = 50
 REQUESTS_PER_CLIENT = 40
-INBOX_ROUNDS = 2
+INBOX_ROUNDS = 3
 
 
 def pct(values: list[float], q: float) -> float:
@@ -188,8 +188,12 @@ async def inbox_run(db: Path, src: Path | None, workers: int = 1) -> dict[str, A
     }
 
 
-def inbox(tmp: Path, sides: dict[str, Path | None]) -> dict[str, dict[str, Any]]:
-    """Each side (and this tree with two worker processes), round by round."""
+Rounds = list[tuple[float, dict[str, float]]]
+
+
+def inbox(tmp: Path, sides: dict[str, Path | None]) -> tuple[dict[str, dict[str, Any]], Rounds]:
+    """Each side (and this tree with two worker processes), round by round; each round's
+    load average at its start and p95 per run."""
     runs_of = {name: (src, 1) for name, src in sides.items()}
     runs_of["workers"] = (None, 2)
     dbs = {}
@@ -197,9 +201,12 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> dict[str, dict[str, Any]]
         dbs[name] = tmp / f"inbox-{name}.db"
         driver(src, "inbox-db", dbs[name], INBOX_TICKETS)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in runs_of}
+    rounds: Rounds = []
     for r in range(INBOX_ROUNDS):
+        rounds.append((os.getloadavg()[0], {}))
         for name, (src, workers) in runs_of.items():
             got = asyncio.run(inbox_run(dbs[name], src, workers))
+            rounds[-1][1][name] = pct(got["latencies"], 0.95) * 1000
             runs[name].append(got)
             p95 = pct(got["latencies"], 0.95) * 1000
             print(f"inbox round {r + 1}/{INBOX_ROUNDS} {name}: p95 {p95:.0f} ms")
@@ -213,7 +220,7 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> dict[str, dict[str, Any]]
             "server_cpu_ms": sum(g["server_cpu_ms"] for g in got) / len(got),
             "client_cpu_ms": sum(g["client_cpu_ms"] for g in got) / len(got),
         }
-    return out
+    return out, rounds
 
 
 def export(rev: str, into: Path) -> Path:
@@ -290,7 +297,7 @@ def main() -> None:
         sides["after"] = None
         load0 = os.getloadavg()[0]
         p = pipeline(sides)
-        i = inbox(Path(tmp), sides)
+        i, rounds_seen = inbox(Path(tmp), sides)
         load1 = os.getloadavg()[0]
     print(json.dumps({"pipeline": p, "inbox": i}, indent=1))
     command = "uv run python bench/desk.py" + (f" --against {args.against}" if args.against else "")
@@ -299,6 +306,10 @@ def main() -> None:
         "round by round with this one"
         if args.against
         else ""
+    )
+    rounds = "; ".join(
+        f"{' / '.join(f'{p95[k]:.0f}' for k in [*sides, 'workers'])} ms at {load:.1f}"
+        for load, p95 in rounds_seen
     )
     markdown = f"""## The support desk (`bench/desk.py`)
 
@@ -327,7 +338,8 @@ clients in this process on the same cores. With 50 requests always in flight a p
 behind the others: latency is about 50 x the server's time per page, so with one server
 process the p95 target needs a core to itself for about 1.1 ms of CPU per page, which
 other work on the shared cores does not always leave; two worker processes
-(`tether serve --workers 2`) use both cores.
+(`tether serve --workers 2`) use both cores. Each round's p95 ({", ".join(sides)}, two
+workers) and the load average when it started: {rounds}.
 """
     write_section("desk", markdown)
     print(markdown)
