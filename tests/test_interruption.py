@@ -207,3 +207,13 @@ async def test_cancelling_a_handle_after_the_run_ended_does_nothing(
     result = await handle
     assert handle.done() and not handle.cancel()
     assert result.outcome.kind == "completed" and result.output == "hello"
+
+
+async def test_a_handle_cancelled_before_the_run_began_is_typed(
+    tools: list[FunctionTool],
+) -> None:
+    handle = Agent(ScriptedClient(["hello"]), tools).start("q")
+    assert handle.cancel()
+    result = await handle
+    assert result.outcome.kind == "cancelled"
+    assert [m.role for m in result.transcript] == ["user"]

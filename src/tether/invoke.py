@@ -136,15 +136,16 @@ class Invoker:
         On resume, ``waiting`` holds the calls still awaiting a human and ``decisions``
         the answers: a call with a decision is not ruled on again.
         """
-        self._progress = {}
+        progress = self._progress = {}
         out = self.current = TurnOutcome([None] * len(calls), [])
         runnable: list[tuple[int, ToolCall, Tool | None, RunContext[Any]]] = []
+        tools = self._tools
         for i, call in enumerate(calls):
             ctx = make_ctx(call)
-            self._progress[call.id] = _Progress(ctx)
-            tool = self._tools.get(call.name)
-            decision = (decisions or {}).get(call.id)
-            if tool is None or call.malformed:
+            progress[call.id] = _Progress(ctx)
+            tool = tools.get(call.name)
+            decision = decisions.get(call.id) if decisions else None
+            if tool is None or call.raw_arguments is not None:
                 runnable.append((i, call, tool, ctx))  # answered with an error result
             elif decision is not None:
                 out.decisions[call.id] = decision
@@ -155,8 +156,11 @@ class Invoker:
             elif waiting is not None and call.id in waiting:
                 out.pending.append(waiting[call.id])
             else:
-                ruling = await self._rule(tool, call, ctx)
-                if not ruling.plain:
+                if self._policy is None and type(tool).ruling is Tool.ruling:
+                    ruling = self._approval_only(tool, call, ctx)  # the common case
+                else:
+                    ruling = await self._rule(tool, call, ctx)
+                if ruling is not ALLOW and not ruling.plain:
                     out.rulings[call.id] = ruling
                     if self._emit:
                         self._emit(CallRuled(turn, call, ruling))
@@ -199,8 +203,6 @@ class Invoker:
     async def _rule(self, tool: Tool, call: ToolCall, ctx: RunContext[Any]) -> Ruling:
         """The strictest of the tool's and the policy's rulings; failing closed."""
         try:
-            if type(tool).ruling is Tool.ruling and self._policy is None:  # the common case
-                return ASK if tool.needs_approval(call.arguments, ctx) else ALLOW
             ruling = await tool.ruling(call.arguments, ctx)
             if self._policy is not None:
                 ruling = strictest(ruling, await self._policy.rule(tool, call, ctx))
@@ -209,6 +211,14 @@ class Invoker:
         except Exception as exc:
             return Ruling("deny", f"the policy could not decide ({type(exc).__name__})", "error")
         return ruling
+
+    @staticmethod
+    def _approval_only(tool: Tool, call: ToolCall, ctx: RunContext[Any]) -> Ruling:
+        """:meth:`Tool.ruling` of a tool that does not override it, without awaiting."""
+        try:
+            return ASK if tool.needs_approval(call.arguments, ctx) else ALLOW
+        except Exception as exc:
+            return Ruling("deny", f"the policy could not decide ({type(exc).__name__})", "error")
 
     def _pending(
         self, call: ToolCall, tool: Tool, ctx: RunContext[Any], ruling: Ruling
@@ -268,28 +278,21 @@ class Invoker:
     async def _one(
         self, call: ToolCall, tool: Tool | None, ctx: RunContext[Any], turn: int
     ) -> ToolResult:
-        emit = self._emit
-        lock = _serial_lock(tool, call.arguments) if tool is not None else None
+        lock = _serial_lock(tool, call.arguments) if tool is not None and tool.serial else None
         if lock is not None:
-            async with lock:
-                return await self._timed(call, tool, ctx, turn, emit)
-        return await self._timed(call, tool, ctx, turn, emit)
-
-    async def _timed(
-        self,
-        call: ToolCall,
-        tool: Tool | None,
-        ctx: RunContext[Any],
-        turn: int,
-        emit: Listener | None,
-    ) -> ToolResult:
-        started = time.perf_counter() if emit else 0.0
-        if emit:
-            emit(ToolCallStarted(turn, call))
-        progress = self._progress[call.id]
-        progress.started = True
-        result = await self._execute(call, tool, ctx)
-        progress.result = result
+            await lock.acquire()
+        try:
+            emit = self._emit
+            started = time.perf_counter() if emit else 0.0
+            if emit:
+                emit(ToolCallStarted(turn, call))
+            progress = self._progress[call.id]
+            progress.started = True
+            result = await self._execute(call, tool, ctx)
+            progress.result = result
+        finally:
+            if lock is not None:
+                lock.release()
         if tool is not None and self._policy is not None and result.status in ("ok", "error"):
             self._policy.record(tool, call, result, ctx)
         if emit:

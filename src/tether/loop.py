@@ -18,6 +18,7 @@ import asyncio
 import secrets
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Generic
 
 from typing_extensions import TypeVar
@@ -47,6 +48,9 @@ from tether.tools import DepsT, RunContext, Tool
 OutputT = TypeVar("OutputT", default=str)
 
 
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+
+
 @dataclass(slots=True)
 class _Run:
     """The mutable state of one run in progress."""
@@ -69,6 +73,7 @@ class _Run:
     turn_metadata: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
     invoker: Invoker | None = None
+    make_ctx: Callable[[ToolCall | None], RunContext[Any]] | None = None
     answer_reasks: int = 0
     """Re-asks of an invalid final answer so far (``output_type``)."""
 
@@ -416,8 +421,9 @@ class Agent(Generic[DepsT, OutputT]):
         """Append one turn's results. A turn whose every call failed counts toward
         ``max_consecutive_errors``; a refusal (denied, blocked) is a decision, not a failure,
         and neither counts nor resets the count."""
-        metadata = run.turn_metadata
-        run.turn_metadata = {}
+        metadata: Mapping[str, Any] = _NO_METADATA
+        if run.turn_metadata:
+            metadata, run.turn_metadata = run.turn_metadata, {}
         self._append(run, Message("tool", tuple(results), metadata))
         failed = 0
         for r in results:
@@ -442,14 +448,19 @@ class Agent(Generic[DepsT, OutputT]):
     # --- helpers ------------------------------------------------------------------------
 
     def _context_factory(self, run: _Run) -> Callable[[ToolCall | None], RunContext[Any]]:
-        deps, run_id, turn, usage, memo = run.deps, run.run_id, run.turns, run.usage, run.memo
+        """The maker of each call's context for this run (made once per drive; it reads the
+        turn and the usage so far when a call's context is made)."""
+        if run.make_ctx is not None:
+            return run.make_ctx
+        deps, run_id, memo = run.deps, run.run_id, run.memo
 
         def add_usage(extra: Usage) -> None:
             run.usage = run.usage + extra
 
         def make_ctx(call: ToolCall | None) -> RunContext[Any]:
-            return RunContext(deps, run_id, call, turn, usage, add_usage, memo)
+            return RunContext(deps, run_id, call, run.turns, run.usage, add_usage, memo)
 
+        run.make_ctx = make_ctx
         return make_ctx
 
     def _normalise(self, run: _Run, message: Message) -> tuple[Message, list[ToolCall]]:
@@ -567,7 +578,19 @@ class RunHandle:
         return self.task.done()
 
     def __await__(self) -> Generator[Any, None, RunResult]:
-        return self.task.__await__()
+        return self._result().__await__()
+
+    async def _result(self) -> RunResult:
+        try:
+            return await self.task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            outside = current is not None and current.cancelling() > 0
+            if not self._run.stop_requested or not self.task.cancelled() or outside:
+                raise
+            run = self._run  # stopped before the loop began: nothing ran
+            outcome = Outcome("cancelled", "the run was cancelled before it started")
+            return RunResult(outcome, tuple(run.history), run.usage, run.turns, run.run_id)
 
 
 def _check_decisions(state: RunState, decisions: Iterable[Decision]) -> dict[str, Decision]:

@@ -27,6 +27,10 @@ _EMPTY: Mapping[str, Any] = {}
 def within_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``value`` nests lists and dicts no deeper than ``limit`` (read without
     recursion, so a hostile value cannot exhaust the stack)."""
+    if isinstance(value, dict) and not any(
+        isinstance(v, Mapping | list | tuple) for v in value.values()
+    ):
+        return limit > 0  # the common case: a flat object of scalars
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         node, depth = stack.pop()
