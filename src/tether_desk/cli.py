@@ -15,6 +15,10 @@ import typer
 
 DEFAULT_DB = "tether-desk.db"
 DB_HELP = "Database: a SQLite file path or URL, or postgresql://... (default: ./tether-desk.db)."
+WORKERS_HELP = (
+    "Worker processes serving the console (each loads the model and processes tickets); "
+    "more than one needs a database other processes can open."
+)
 MODEL_HELP = (
     "Model spec: local (embedded, offline), scripted, anthropic:MODEL, openai:MODEL, "
     "openai-chat:MODEL@URL; default: $TETHER_MODEL, else local."
@@ -28,11 +32,11 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
+def _open(db_url: str, model: str | None) -> tuple[object, object, object, bool]:
     try:
         from tether.errors import TetherError
         from tether_desk.db import Database
-        from tether_desk.models_cli import desk_client, resolve_spec
+        from tether_desk.models_cli import desk_client, desk_triage_client, resolve_spec
         from tether_desk.seed import seed
     except ImportError as exc:
         raise _fail(
@@ -40,7 +44,9 @@ def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
             "pip install 'tether[desk]'"
         ) from exc
     try:
-        client = desk_client(resolve_spec(model), say=lambda s: typer.secho(s, fg="yellow"))
+        spec = resolve_spec(model)
+        client = desk_client(spec, say=lambda s: typer.secho(s, fg="yellow"))
+        triage = desk_triage_client(spec)
     except TetherError as exc:
         raise _fail(str(exc)) from exc
     db = Database(db_url)
@@ -48,7 +54,7 @@ def _open(db_url: str, model: str | None) -> tuple[object, object, bool]:
         db.migrate()
     except Exception as exc:
         raise _fail(f"cannot open the database {db_url!r}: {type(exc).__name__}: {exc}") from exc
-    return db, client, seed(db)
+    return db, client, triage, seed(db)
 
 
 def serve_command(
@@ -56,31 +62,67 @@ def serve_command(
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
 ) -> None:
     """Serve the support desk's web console (creates, migrates and seeds the database on
     first start; reuses it afterwards)."""
-    database, client, seeded = _open(db, model)
+    database, client, triage, seeded = _open(db, model)
     import uvicorn
 
     from tether_desk.pipeline import Desk
     from tether_desk.seed import ACCOUNTS
     from tether_desk.web.app import create_app
 
-    app = create_app(Desk(database, client))  # type: ignore[arg-type]
+    desk = Desk(database, client, triage)  # type: ignore[arg-type]
+    app = create_app(desk) if workers == 1 else None
     where = db if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
     typer.echo(f"console:  http://{host}:{port}/   (Ctrl-C stops it)")
     typer.echo("demo accounts:")
     for a in ACCOUNTS:
         typer.echo(f"  {a.role:8} {a.email:32} password {a.password}")
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     try:
-        uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
+        if app is not None:
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
+        else:
+            _serve_workers(desk, model, host, port, workers)
     except KeyboardInterrupt:
         pass
     finally:
         database.dispose()  # type: ignore[attr-defined]
     typer.echo("stopped.")
+
+
+def _serve_workers(desk: object, model: str | None, host: str, port: int, workers: int) -> None:
+    """``workers`` uvicorn processes, each building its console from the environment; the
+    secrets are made and decided runs recovered here first, once."""
+    import os
+
+    import uvicorn
+
+    from tether_desk.decisions import recover_decided
+    from tether_desk.models_cli import resolve_spec
+    from tether_desk.pipeline import Desk
+    from tether_desk.web.app import stored_secret
+    from tether_desk.web.served import DB_ENV, MODEL_ENV
+
+    assert isinstance(desk, Desk)
+    for key in ("session_secret", "csrf_secret"):
+        stored_secret(desk.db, key)
+    asyncio.run(recover_decided(desk))
+    os.environ[DB_ENV] = desk.db.url
+    os.environ[MODEL_ENV] = resolve_spec(model)
+    typer.echo(f"workers:  {workers} processes")
+    uvicorn.run(
+        "tether_desk.web.served:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        lifespan="on",
+    )
 
 
 @desk_app.command("serve")
@@ -89,9 +131,10 @@ def desk_serve(
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
 ) -> None:
     """Serve the web console (the same as tether serve)."""
-    serve_command(db, model, host, port)
+    serve_command(db, model, host, port, workers)
 
 
 @desk_app.command("demo")
@@ -109,7 +152,7 @@ def desk_demo(
     from sqlalchemy import select
 
     with tempfile.TemporaryDirectory(prefix="tether-desk-") as tmp:
-        database, client, _ = _open(db or str(Path(tmp) / "demo.db"), model)
+        database, client, triage, _ = _open(db or str(Path(tmp) / "demo.db"), model)
         from tether_desk.demo import run_demo
         from tether_desk.models import Staff
         from tether_desk.pipeline import Desk
@@ -118,7 +161,8 @@ def desk_demo(
             staff_id = s.scalar(select(Staff.id))
         console = Console()
         try:
-            asyncio.run(run_demo(Desk(database, client), console, int(staff_id), console.input))  # type: ignore[arg-type]
+            desk = Desk(database, client, triage)  # type: ignore[arg-type]
+            asyncio.run(run_demo(desk, console, int(staff_id), console.input))
         except (KeyboardInterrupt, EOFError):
             console.print("\nstopped.")
         finally:

@@ -22,23 +22,24 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tether.clients import ChatClient
 from tether.events import Listener
 from tether.outcomes import Decision, PendingApproval, RunResult
 from tether_desk.agent import REFUND_PROMPT, TicketScope, refund_agent
-from tether_desk.approvals import friction_for
+from tether_desk.approvals import friction_for, insert_approval
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.detector import Detector, flag_instructions
 from tether_desk.errors import NotFound
-from tether_desk.models import Approval, Customer, Draft, Order, Ticket
+from tether_desk.models import Customer, Draft, Order, Ticket
 from tether_desk.money import format_cents
-from tether_desk.orders import OrderView, order_view
-from tether_desk.tickets import MAX_BODY
+from tether_desk.orders import OrderView, order_view, order_view_and_waiting
+from tether_desk.tickets import MAX_BODY, agent_draft, set_ticket
 from tether_desk.trace import RunRecorder
 from tether_desk.triage import classify
 
@@ -50,6 +51,18 @@ STATUS_LABELS = {
     "cancelled": "annulee",
 }
 MAX_SETTLE_ROUNDS = 6
+_SCOPE = (
+    select(Ticket.id, Ticket.order_id, Order.number, Customer.name, Ticket.subject, Ticket.body)
+    .join(Order, Order.id == Ticket.order_id)
+    .join(Customer, Customer.id == Ticket.customer_id)
+    .where(Ticket.id == bindparam("ticket_id_"))
+)
+_STATUS = select(Ticket.status).where(Ticket.id == bindparam("ticket_id_"))
+_CLAIM = (
+    update(Ticket)
+    .where(Ticket.id == bindparam("ticket_id_"), Ticket.status == "new")
+    .values(status="triaging")
+)
 
 
 @dataclass(slots=True)
@@ -81,14 +94,7 @@ def new_run_id() -> str:
 def load_scope(db: Database, ticket_id: int) -> TicketScope:
     """The ticket's scope: its order from the account, its text."""
     with db.read_connection() as s:
-        row = s.execute(
-            select(
-                Ticket.id, Ticket.order_id, Order.number, Customer.name, Ticket.subject, Ticket.body
-            )
-            .join(Order, Order.id == Ticket.order_id)
-            .join(Customer, Customer.id == Ticket.customer_id)
-            .where(Ticket.id == ticket_id)
-        ).one_or_none()
+        row = s.execute(_SCOPE, {"ticket_id_": ticket_id}).one_or_none()
     if row is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
     return TicketScope(*row)
@@ -96,27 +102,19 @@ def load_scope(db: Database, ticket_id: int) -> TicketScope:
 
 def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
     with db.write_connection() as s:
-        s.execute(
-            update(Ticket)
-            .where(Ticket.id == ticket_id)
-            .values(status=status, updated_at=utcnow(), **values)
-        )
+        set_ticket(s, ticket_id, status=status, **values)
 
 
 def _claim(db: Database, ticket_id: int) -> bool:
     with db.write_connection() as s:
-        done = s.execute(
-            update(Ticket)
-            .where(Ticket.id == ticket_id, Ticket.status == "new")
-            .values(status="triaging", updated_at=utcnow())
-        )
+        done = s.execute(_CLAIM, {"ticket_id_": ticket_id, "updated_at": utcnow()})
         return bool(done.rowcount)
 
 
 def ticket_status(db: Database, ticket_id: int) -> str:
     """The ticket's status now."""
     with db.read_connection() as s:
-        status = s.scalar(select(Ticket.status).where(Ticket.id == ticket_id))
+        status = s.scalar(_STATUS, {"ticket_id_": ticket_id})
     if status is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
     return status
@@ -146,7 +144,7 @@ async def process_ticket(desk: Desk, ticket_id: int) -> str:
 async def _triage(desk: Desk, scope: TicketScope) -> str:
     recorder = RunRecorder(desk.db, new_run_id(), scope.ticket_id, "triage").start()
     recorder.note("model_request", {"turn": 1, "messages": 1})
-    recorder.flush()  # the run shows in the console while the model classifies
+    recorder.flush_soon()  # the run shows in the console if the model takes its time
     result = await classify(desk.triage_client or desk.client, scope.subject, scope.body)
     recorder.note(
         "triage",
@@ -192,12 +190,7 @@ def _screen_pending(
 ) -> tuple[PendingApproval | None, list[Decision], OrderView]:
     """Refuse in code what no person should be asked; keep at most one for staff."""
     with db.read_connection() as s:
-        view = order_view(s, scope.order_id)
-        waiting = s.scalar(
-            select(Approval.id).where(
-                Approval.ticket_id == scope.ticket_id, Approval.status == "pending"
-            )
-        )
+        view, waiting = order_view_and_waiting(s, scope.order_id, scope.ticket_id)
     chosen: PendingApproval | None = None
     refused: list[Decision] = []
     for p in pending:
@@ -251,60 +244,54 @@ async def _store_approval(
     flags = desk.detector(scope.body, scope.order_number)
     typed = bool(friction_for(cents, view.remaining_cents, flags))
     context = p.context if isinstance(p.context, dict) else {}
-    await desk.db.state_store().save(result.state)
-    try:
-        with desk.db.write() as s:
-            approval = Approval(
-                ticket_id=scope.ticket_id,
-                run_id=result.run_id,
-                call_id=p.call_id,
-                tool=p.tool,
-                arguments=dict(p.arguments),
-                arguments_hash=p.arguments_hash,
-                amount_cents=cents,
-                context={**context, "flags": len(flags)},
-                state_version=result.state.version,
-                typed_amount_required=typed,
-                expires_at=utcnow() + desk.approval_ttl,
-            )
-            s.add(approval)
-            s.flush()
-            approval_id = approval.id
-            s.execute(
-                update(Ticket)
-                .where(Ticket.id == scope.ticket_id)
-                .values(status="awaiting_approval", updated_at=utcnow())
-            )
-    except IntegrityError:  # another proposal already waits for this ticket
-        recorder.finish("failed", "a second refund proposal could not be stored", result.usage)
-        set_status(desk.db, scope.ticket_id, "failed")
-        return
-    recorder.note(
-        "approval_requested",
-        {
-            "approval": approval_id,
+    state, states = result.state, desk.db.state_store()
+
+    def store(c: Connection) -> None:  # the state, the approval and the ticket: all or none
+        states.save_in(c, state)
+        values = {
+            "ticket_id": scope.ticket_id,
+            "run_id": result.run_id,
             "call_id": p.call_id,
-            "amount": format_cents(cents),
-            "typed_amount": typed,
-        },
-    )
-    recorder.finish("awaiting_approval", result.outcome.reason, result.usage)
+            "tool": p.tool,
+            "arguments": dict(p.arguments),
+            "arguments_hash": p.arguments_hash,
+            "amount_cents": cents,
+            "context": {**context, "flags": len(flags)},
+            "state_version": state.version,
+            "typed_amount_required": typed,
+            "expires_at": utcnow() + desk.approval_ttl,
+        }
+        approval_id = insert_approval(c, values)
+        set_ticket(c, scope.ticket_id, status="awaiting_approval")
+        recorder.note(
+            "approval_requested",
+            {
+                "approval": approval_id,
+                "call_id": p.call_id,
+                "amount": format_cents(cents),
+                "typed_amount": typed,
+            },
+        )
+
+    try:
+        recorder.finish("awaiting_approval", result.outcome.reason, result.usage, store)
+    except IntegrityError:  # another proposal already waits for this ticket
+        why = "a second refund proposal could not be stored"
+        failed = partial(set_ticket, ticket_id=scope.ticket_id, status="failed")
+        recorder.finish("failed", why, result.usage, failed)
 
 
 def _finish_run(db: Database, scope: TicketScope, recorder: RunRecorder, result: RunResult) -> None:
-    recorder.finish(result.outcome.kind, result.outcome.reason, result.usage)
+    """Record the run's end and the ticket's next state in one transaction: the agent's
+    draft for staff, or a failure for a person to pick up."""
     if result.outcome.completed and result.output.strip():
         text = result.output.strip()[:MAX_BODY]
-        with db.write() as s:
-            draft = s.scalar(select(Draft).where(Draft.ticket_id == scope.ticket_id))
-            if draft is None:
-                s.add(Draft(ticket_id=scope.ticket_id, body=text, author="agent"))
-            elif draft.sent_at is None:
-                draft.body, draft.author, draft.updated_at = text, "agent", utcnow()
-            s.execute(
-                update(Ticket)
-                .where(Ticket.id == scope.ticket_id)
-                .values(status="draft_ready", updated_at=utcnow())
-            )
+
+        def draft(c: Connection) -> None:
+            agent_draft(c, scope.ticket_id, text)
     else:
-        set_status(db, scope.ticket_id, "failed")
+
+        def draft(c: Connection) -> None:
+            set_ticket(c, scope.ticket_id, status="failed")
+
+    recorder.finish(result.outcome.kind, result.outcome.reason, result.usage, draft)

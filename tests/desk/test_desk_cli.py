@@ -25,6 +25,28 @@ def test_serve_creates_seeds_then_reuses_the_database_and_stops_on_ctrl_c(tmp_pa
     assert "reused" in second.output
 
 
+def test_serve_with_worker_processes_serves_processes_tickets_and_stops(tmp_path: Path) -> None:
+    import sqlite3
+    import time
+
+    db = str(tmp_path / "desk.db")
+    with serve(db, args=("--workers", "2")) as served:
+        for _ in range(6):  # the two processes answer (connections spread over them)
+            with urllib.request.urlopen(f"{served.url}/login", timeout=10) as r:
+                assert r.status == 200 and "Log in" in r.read().decode()
+        deadline = time.monotonic() + 60
+        with sqlite3.connect(db) as c:
+            while c.execute("SELECT count(*) FROM tickets WHERE status = 'new'").fetchone()[0]:
+                assert time.monotonic() < deadline, "the workers did not process the tickets"
+                time.sleep(0.2)
+            statuses = dict(c.execute("SELECT id, status FROM tickets").fetchall())
+            triaged = c.execute("SELECT ticket_id FROM runs WHERE kind = 'triage'").fetchall()
+    assert served.process.returncode == 0, served.output
+    assert "workers:  2 processes" in served.output and "stopped." in served.output
+    assert "awaiting_approval" in statuses.values()
+    assert sorted(t for (t,) in triaged) == sorted(statuses)  # each ticket triaged once
+
+
 def test_serve_explains_a_bad_model_spec(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         desk_app, ["serve", "--db", str(tmp_path / "d.db"), "--model", "nope:x"]
