@@ -78,13 +78,24 @@ class ConstrainedToolCalling(DelegatingChatClient):
 
     ``call_ids`` makes call ids (default: :func:`new_call_id`). ``tool_choice`` is honoured
     by the reply schema: ``required`` leaves out the answer, a tool's name leaves only that
-    tool, ``none`` asks for text. Requests without tools pass through unchanged, their
-    history rendered as text when it holds calls or results.
+    tool, ``none`` asks for text. ``max_calls`` caps the calls in one reply, in the schema
+    (a small model decoding greedily can repeat a call until its token limit; one call per
+    reply makes it read each result before it decides again). Requests without tools pass
+    through unchanged, their history rendered as text when it holds calls or results.
     """
 
-    def __init__(self, inner: ChatClient, *, call_ids: Callable[[], str] = new_call_id) -> None:
+    def __init__(
+        self,
+        inner: ChatClient,
+        *,
+        call_ids: Callable[[], str] = new_call_id,
+        max_calls: int | None = None,
+    ) -> None:
         super().__init__(inner)
+        if max_calls is not None and max_calls < 1:
+            raise ValueError("max_calls must be at least 1")
         self._call_ids = call_ids
+        self.max_calls = max_calls
 
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
@@ -96,7 +107,9 @@ class ConstrainedToolCalling(DelegatingChatClient):
         if answer_schema is None and options.output_schema is not None:
             answer_schema = options.output_schema.schema
         extra = dict(options.extra)
-        extra[JSON_SCHEMA] = reply_schema(tools, answer_schema, tool_choice=choice)
+        extra[JSON_SCHEMA] = reply_schema(
+            tools, answer_schema, tool_choice=choice, max_calls=self.max_calls
+        )
         instructions = render_instructions(options.instructions, tools, tool_choice=choice)
         inner_options = replace(
             options, instructions=instructions, extra=extra, output_schema=None, tool_choice=None
@@ -140,11 +153,12 @@ def reply_schema(
     answer: Mapping[str, Any] | None = None,
     *,
     tool_choice: ToolChoice | None = None,
+    max_calls: int | None = None,
 ) -> dict[str, Any]:
     """The JSON schema of a reply: tool calls valid against ``tools``, or an answer
     (a string, or a value valid against ``answer`` when given). ``tool_choice``
     ``required`` leaves out the answer, a tool's name leaves only calls to that tool,
-    ``none`` leaves only the answer."""
+    ``none`` leaves only the answer; ``max_calls`` caps the calls of one reply."""
     if tool_choice not in (None, "auto", "required", "none"):
         tools = [t for t in tools if t.name == tool_choice]
     defs: dict[str, Any] = {}
@@ -165,10 +179,13 @@ def reply_schema(
     branches: list[dict[str, Any]] = []
     if calls and tool_choice != "none":
         items = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        array: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
+        if max_calls is not None:
+            array["maxItems"] = max_calls
         branches.append(
             {
                 "type": "object",
-                "properties": {"tool_calls": {"type": "array", "items": items, "minItems": 1}},
+                "properties": {"tool_calls": array},
                 "required": ["tool_calls"],
                 "additionalProperties": False,
             }

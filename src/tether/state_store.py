@@ -14,7 +14,9 @@ space linear in its length, not quadratic.
 
 * :class:`MemoryStateStore`: in one process (tests, scripts).
 * :class:`SqlStateStore`: any database SQLAlchemy speaks (SQLite, PostgreSQL), with the
-  application's own engine; ``pip install 'tether[sql]'``.
+  application's own engine; ``pip install 'tether[sql]'``. Its ``save_in`` and ``load_in``
+  work in the caller's transaction, so an application stores a state together with its own
+  record of it (both or neither).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tether.messages import Message, message_from_dict, message_to_dict
 from tether.outcomes import RunState
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine, Table
+    from sqlalchemy import Connection, Engine, Table
 
 __all__ = ["MemoryStateStore", "SqlStateStore", "StateStore"]
 
@@ -110,7 +112,7 @@ class SqlStateStore:
     key, atomic on every database; the calls run in a worker thread."""
 
     def __init__(self, engine: Engine, *, prefix: str = "tether_") -> None:
-        from sqlalchemy import Column, Integer, MetaData, String, Table, Text
+        from sqlalchemy import Column, Integer, MetaData, String, Table, Text, bindparam, select
 
         self.engine = engine
         meta = MetaData()
@@ -137,6 +139,16 @@ class SqlStateStore:
             Column("version", Integer, primary_key=True),
         )
         meta.create_all(engine)
+        m, s = self._messages, self._states
+        run_id: Any = bindparam("run_id_")
+        self._head = select(s.c.length, s.c.digest).where(s.c.run_id == run_id)
+        self._state = select(s.c.length, s.c.state).where(s.c.run_id == run_id)
+        self._texts = (
+            select(m.c.message)
+            .where(m.c.run_id == run_id, m.c.position < bindparam("length_"))
+            .order_by(m.c.position)
+        )
+        self._update = s.update().where(s.c.run_id == run_id)
 
     async def save(self, state: RunState) -> None:
         await asyncio.to_thread(self._save, state)
@@ -148,52 +160,51 @@ class SqlStateStore:
         return await asyncio.to_thread(self._claim, run_id, version)
 
     def _save(self, state: RunState) -> None:
-        from sqlalchemy import select
-
-        m, s = self._messages, self._states
-        run_id = state.run_id
         with self.engine.begin() as conn:
-            row = conn.execute(select(s.c.length, s.c.digest).where(s.c.run_id == run_id)).first()
-            n, stored = (row.length, row.digest) if row is not None else (0, "")
-            _continues(state.transcript, n, stored, run_id)
-            new = state.transcript[n:]
-            if new:
-                conn.execute(
-                    m.insert(),
-                    [
-                        {
-                            "run_id": run_id,
-                            "position": n + i,
-                            "message": json.dumps(message_to_dict(msg), ensure_ascii=False),
-                        }
-                        for i, msg in enumerate(new)
-                    ],
-                )
-            values = {
-                "version": state.version,
-                "length": len(state.transcript),
-                "digest": digest(new, stored),
-                "state": json.dumps(state.to_dict(transcript=False), default=str),
-            }
-            if row is None:
-                conn.execute(s.insert().values(run_id=run_id, **values))
-            else:
-                conn.execute(s.update().where(s.c.run_id == run_id).values(**values))
+            self.save_in(conn, state)
 
     def _load(self, run_id: str) -> RunState | None:
-        from sqlalchemy import select
-
-        m, s = self._messages, self._states
         with self.engine.connect() as conn:
-            row = conn.execute(select(s.c.length, s.c.state).where(s.c.run_id == run_id)).first()
-            if row is None:
-                return None
-            texts = conn.execute(
-                select(m.c.message)
-                .where(m.c.run_id == run_id, m.c.position < row.length)
-                .order_by(m.c.position)
-            ).scalars()
-            transcript = [message_from_dict(json.loads(t)) for t in texts]
+            return self.load_in(conn, run_id)
+
+    def save_in(self, conn: Connection, state: RunState) -> None:
+        """:meth:`save` in the caller's transaction (committed, or rolled back, with it)."""
+        m, s = self._messages, self._states
+        run_id = state.run_id
+        row = conn.execute(self._head, {"run_id_": run_id}).first()
+        n, stored = (row.length, row.digest) if row is not None else (0, "")
+        _continues(state.transcript, n, stored, run_id)
+        new = state.transcript[n:]
+        if new:
+            conn.execute(
+                m.insert(),
+                [
+                    {
+                        "run_id": run_id,
+                        "position": n + i,
+                        "message": json.dumps(message_to_dict(msg), ensure_ascii=False),
+                    }
+                    for i, msg in enumerate(new)
+                ],
+            )
+        values = {
+            "version": state.version,
+            "length": len(state.transcript),
+            "digest": digest(new, stored),
+            "state": json.dumps(state.to_dict(transcript=False), default=str),
+        }
+        if row is None:
+            conn.execute(s.insert(), {"run_id": run_id, **values})
+        else:
+            conn.execute(self._update, {"run_id_": run_id, **values})
+
+    def load_in(self, conn: Connection, run_id: str) -> RunState | None:
+        """:meth:`load` on the caller's connection (in its transaction, if one is open)."""
+        row = conn.execute(self._state, {"run_id_": run_id}).first()
+        if row is None:
+            return None
+        texts = conn.execute(self._texts, {"run_id_": run_id, "length_": row.length}).scalars()
+        transcript = [message_from_dict(json.loads(t)) for t in texts]
         return RunState.from_dict(json.loads(row.state), transcript)
 
     def _claim(self, run_id: str, version: int) -> bool:
@@ -201,7 +212,7 @@ class SqlStateStore:
 
         try:
             with self.engine.begin() as conn:
-                conn.execute(self._claims.insert().values(run_id=run_id, version=version))
+                conn.execute(self._claims.insert(), {"run_id": run_id, "version": version})
         except IntegrityError:
             return False
         return True

@@ -15,13 +15,11 @@ No tool sends anything: the agent's final answer becomes a draft that staff edit
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
-from sqlalchemy import select
 
 from tether.clients import ChatClient, ChatOptions
 from tether.errors import ToolFailure
@@ -34,9 +32,8 @@ from tether.rulings import Ruling
 from tether.tools import DelegatingTool, RunContext, Tool, tool
 from tether_desk.db import Database
 from tether_desk.errors import DeskError
-from tether_desk.models import Approval
 from tether_desk.money import cents_from_float, format_cents
-from tether_desk.orders import order_view
+from tether_desk.orders import order_view, order_view_and_waiting
 from tether_desk.refunds import refund
 
 REFUND_INSTRUCTIONS = (
@@ -170,22 +167,14 @@ class RefundBounds(DelegatingTool):
         amount = arguments.get("amount")
         cents = round(amount * 100) if isinstance(amount, int | float) else 0
 
-        def read() -> tuple[int, bool]:
-            with deps.db.read_connection() as c:
-                view = order_view(c, deps.scope.order_id)
-                waiting = c.scalar(
-                    select(Approval.id).where(
-                        Approval.ticket_id == deps.scope.ticket_id, Approval.status == "pending"
-                    )
-                )
-            return view.remaining_cents, waiting is not None
-
-        remaining, waiting = await asyncio.to_thread(read)
+        with deps.db.read_connection() as c:  # one indexed read: no thread hop
+            view, waiting = order_view_and_waiting(c, deps.scope.order_id, deps.scope.ticket_id)
+        remaining = view.remaining_cents
         if not 0 < cents <= remaining:
             left = format_cents(remaining)
             why = f"the amount must be above 0 and at most the remaining {left} EUR"
             return Ruling("deny", why, "desk.refund_bounds")
-        if waiting:
+        if waiting is not None:
             why = "a refund proposal for this ticket already waits for a decision"
             return Ruling("deny", why, "desk.one_pending_refund")
         return await super().ruling(arguments, ctx)

@@ -15,17 +15,29 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, bindparam, func, insert, select
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
-from tether_desk.detector import Detector, Flag, Segment, flag_instructions, fold, segments
+from tether_desk.detector import (
+    DeskFlagKind,
+    Detector,
+    Flag,
+    Segment,
+    flag_instructions,
+    fold,
+    segments,
+)
 from tether_desk.errors import NotFound
 from tether_desk.models import Approval, Customer, Order, Ticket
 from tether_desk.money import format_cents
 from tether_desk.orders import OrderView, order_view
 
 PAGE_SIZE = 25
+_INSERT_APPROVAL = insert(Approval).returning(Approval.id)
+_OF_CALL = select(Approval.id).where(
+    Approval.run_id == bindparam("run_id_"), Approval.call_id == bindparam("call_id_")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +88,16 @@ class Screen:
         return format_cents(cents)
 
 
-PLAIN_REQUEST = "gives an order"
-"""The detector's reason for a request in the imperative ("can you refund me?"): a customer
+PLAIN_REQUEST: DeskFlagKind = "imperative"
+"""The detector's kind for a request in the imperative ("can you refund me?"): a customer
 asking is flagged for the reader, but only passages that try to steer the approver or the
-agent (a claimed approval, a fake note, other orders, addresses, links...) add friction."""
+agent (a claimed approval, a fake note, other orders, addresses, links...) add friction.
+The rule reads the kind, never the reason's wording."""
 
 
 def steering(flags: list[Flag]) -> list[Flag]:
     """The flags that try to steer the approver or the agent."""
-    return [f for f in flags if f.reason != PLAIN_REQUEST]
+    return [f for f in flags if f.kind != PLAIN_REQUEST]
 
 
 def friction_for(amount_cents: int, remaining_cents: int, flags: list[Flag]) -> list[str]:
@@ -126,6 +139,18 @@ def argument_origins(arguments: dict[str, Any], body: str, view: OrderView) -> l
     if isinstance(reason, str):
         out.append(Origin("reason", reason[:500], "written by the model"))
     return out
+
+
+def insert_approval(connection: Connection, values: dict[str, Any]) -> int:
+    """Store a pending approval in the caller's transaction; returns its id. Raises
+    :class:`sqlalchemy.exc.IntegrityError` if one already waits for the ticket."""
+    return int(connection.scalar(_INSERT_APPROVAL, values) or 0)
+
+
+def approval_of_call(connection: Connection, run_id: str, call_id: str) -> int | None:
+    """The id of the approval stored for ``call_id`` of run ``run_id``, if there is one."""
+    found = connection.scalar(_OF_CALL, {"run_id_": run_id, "call_id_": call_id})
+    return int(found) if found is not None else None
 
 
 def screen(db: Database, approval_id: int, detector: Detector = flag_instructions) -> Screen:

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 
 DEFAULT_DB = "tether-desk.db"
 DB_HELP = "Database: a SQLite file path or URL, or postgresql://... (default: ./tether-desk.db)."
+WORKERS_HELP = (
+    "Processes serving the console; durable, the tickets still run in this process alone "
+    "(or in `tether worker` processes, with --no-process); with --plain each worker "
+    "processes tickets and loads the model. More than one needs a database other "
+    "processes can open."
+)
 MODEL_HELP = (
     "Model spec: local (embedded, offline), scripted, anthropic:MODEL, openai:MODEL, "
     "openai-chat:MODEL@URL; default: $TETHER_MODEL, else local."
@@ -46,11 +52,15 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _open(db_url: str, model: str | None, *, seed_it: bool = True) -> tuple[object, object, bool]:
+def _open(
+    db_url: str, model: str | None, *, seed_it: bool = True
+) -> tuple[object, object, object, bool]:
+    """The database (created, migrated, seeded unless not ``seed_it``), the desk's client
+    and its triage client for ``model``, and whether the database was seeded now."""
     try:
         from tether.errors import TetherError
         from tether_desk.db import Database
-        from tether_desk.models_cli import desk_client, resolve_spec
+        from tether_desk.models_cli import desk_client, desk_triage_client, resolve_spec
         from tether_desk.seed import seed
     except ImportError as exc:
         raise _fail(
@@ -58,7 +68,9 @@ def _open(db_url: str, model: str | None, *, seed_it: bool = True) -> tuple[obje
             "pip install 'tether[desk]'"
         ) from exc
     try:
-        client = desk_client(resolve_spec(model), say=lambda s: typer.secho(s, fg="yellow"))
+        spec = resolve_spec(model)
+        client = desk_client(spec, say=lambda s: typer.secho(s, fg="yellow"))
+        triage = desk_triage_client(spec)
     except TetherError as exc:
         raise _fail(str(exc)) from exc
     db = Database(db_url)
@@ -66,7 +78,7 @@ def _open(db_url: str, model: str | None, *, seed_it: bool = True) -> tuple[obje
         db.migrate()
     except Exception as exc:
         raise _fail(f"cannot open the database {db_url!r}: {type(exc).__name__}: {exc}") from exc
-    return db, client, seed(db) if seed_it else False
+    return db, client, triage, seed(db) if seed_it else False
 
 
 def serve_command(
@@ -74,6 +86,7 @@ def serve_command(
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
     process: Annotated[bool, typer.Option("--process/--no-process", help=PROCESS_HELP)] = True,
     plain: Annotated[bool, typer.Option("--plain", help=PLAIN_HELP)] = False,
     worker_id: Annotated[str, typer.Option("--id", help=ID_HELP)] = "local",
@@ -81,19 +94,20 @@ def serve_command(
     """Serve the support desk's web console (creates, migrates and seeds the database on
     first start; reuses it afterwards).
 
-    Tickets run as durable workflows: one cut short by a crash resumes at the next start."""
-    database, client, seeded = _open(db, model)
+    Tickets run as durable workflows: one cut short by a crash resumes at the next start.
+    With --workers N, N processes serve the console and the tickets run in this one."""
+    database, client, triage, seeded = _open(db, model)
     import uvicorn
 
     from tether_desk.pipeline import Desk
     from tether_desk.seed import ACCOUNTS
     from tether_desk.web.app import create_app
 
-    desk = Desk(database, client)  # type: ignore[arg-type]
-    runs = "plain: tickets run in this process"
+    desk = Desk(database, client, triage)  # type: ignore[arg-type]
+    runs = "plain: tickets run in this process" if workers == 1 else "plain: in each worker"
     if not plain:
         runs = _runs_line(_durable(desk, worker_id, process))
-    app = create_app(desk)
+    app = create_app(desk) if workers == 1 else None
     where = db if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
     typer.echo(f"runs:     {runs}")
@@ -101,9 +115,16 @@ def serve_command(
     typer.echo("demo accounts:")
     for a in ACCOUNTS:
         typer.echo(f"  {a.role:8} {a.email:32} password {a.password}")
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     try:
-        uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
+        if app is not None:
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
+        else:
+            from tether_desk.models_cli import resolve_spec
+            from tether_desk.web.served import serve_workers
+
+            typer.echo(f"workers:  {workers} processes serve the console")
+            serve_workers(desk, resolve_spec(model), host, port, workers)
     except KeyboardInterrupt:
         pass
     finally:
@@ -164,11 +185,11 @@ def worker_command(
 
     Several workers share one PostgreSQL database. A killed worker's runs resume when it
     restarts under the same --id, or on another worker started with --recover ID."""
-    database, client, _ = _open(db, model, seed_it=False)
+    database, client, triage, _ = _open(db, model, seed_it=False)
     from tether_desk.pipeline import Desk
 
     runs = _durable(
-        Desk(database, client),  # type: ignore[arg-type]
+        Desk(database, client, triage),  # type: ignore[arg-type]
         worker_id,
         True,
         concurrency=concurrency,
@@ -200,9 +221,13 @@ def desk_serve(
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
+    process: Annotated[bool, typer.Option("--process/--no-process", help=PROCESS_HELP)] = True,
+    plain: Annotated[bool, typer.Option("--plain", help=PLAIN_HELP)] = False,
+    worker_id: Annotated[str, typer.Option("--id", help=ID_HELP)] = "local",
 ) -> None:
     """Serve the web console (the same as tether serve)."""
-    serve_command(db, model, host, port)
+    serve_command(db, model, host, port, workers, process, plain, worker_id)
 
 
 @desk_app.command("demo")
@@ -220,7 +245,7 @@ def desk_demo(
     from sqlalchemy import select
 
     with tempfile.TemporaryDirectory(prefix="tether-desk-") as tmp:
-        database, client, _ = _open(db or str(Path(tmp) / "demo.db"), model)
+        database, client, triage, _ = _open(db or str(Path(tmp) / "demo.db"), model)
         from tether_desk.demo import run_demo
         from tether_desk.models import Staff
         from tether_desk.pipeline import Desk
@@ -229,7 +254,8 @@ def desk_demo(
             staff_id = s.scalar(select(Staff.id))
         console = Console()
         try:
-            asyncio.run(run_demo(Desk(database, client), console, int(staff_id), console.input))  # type: ignore[arg-type]
+            desk = Desk(database, client, triage)  # type: ignore[arg-type]
+            asyncio.run(run_demo(desk, console, int(staff_id), console.input))
         except (KeyboardInterrupt, EOFError):
             console.print("\nstopped.")
         finally:

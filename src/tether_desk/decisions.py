@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
 from tether.errors import StateError
 from tether.messages import Usage
@@ -29,6 +29,29 @@ from tether_desk.trace import RunRecorder
 
 log = logging.getLogger("tether_desk")
 MAX_REASON = 500
+DENIED = "refused by staff"
+_FOR_DECISION = select(
+    Approval.id,
+    Approval.ticket_id,
+    Approval.run_id,
+    Approval.call_id,
+    Approval.arguments_hash,
+    Approval.amount_cents,
+    Approval.state_version,
+    Approval.status,
+    Approval.typed_amount_required,
+    Approval.expires_at,
+).where(Approval.id == bindparam("approval_id"))
+_PENDING = update(Approval).where(
+    Approval.id == bindparam("approval_id"), Approval.status == "pending"
+)
+_DECIDE = _PENDING.values(
+    status=bindparam("status_"),
+    decided_at=bindparam("now_"),
+    decided_by=bindparam("staff_id_"),
+    reason=bindparam("reason_"),
+)
+_EXPIRE = _PENDING.values(status="expired", decided_at=bindparam("now_"), reason="expired")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,46 +79,56 @@ def claim_decision(
     """Check and record a decision; raises a :class:`~tether_desk.errors.DeskError`
     saying what to do when it cannot be taken."""
     reason = reason.strip()[:MAX_REASON]
-    with desk.db.read() as s:
-        a = s.get(Approval, approval_id)
+    now = utcnow()
+    status = "approved" if approve else "denied"
+    with desk.db.write_connection() as c:  # read, check and claim under the write lock
+        a = c.execute(_FOR_DECISION, {"approval_id": approval_id}).one_or_none()
         if a is None:
             raise NotFound(f"There is no approval {approval_id}.")
-        s.expunge(a)
-    if a.status != "pending":
-        raise Conflict(f"This approval was already {a.status}; nothing was changed.")
-    if arguments_hash is not None and arguments_hash != a.arguments_hash:
-        raise Conflict("This screen shows another call than the one waiting; reload it.")
-    now = utcnow()
-    if now >= a.expires_at:
-        expire(desk, a.id)
+        if a.status != "pending":
+            raise Conflict(f"This approval was already {a.status}; nothing was changed.")
+        if arguments_hash is not None and arguments_hash != a.arguments_hash:
+            raise Conflict("This screen shows another call than the one waiting; reload it.")
+        expired = now >= a.expires_at
+        if expired:
+            c.execute(_EXPIRE, {"approval_id": a.id, "now_": now})
+        else:
+            if approve and a.typed_amount_required:
+                _check_typed_amount(typed_amount, a.amount_cents)
+            won = c.execute(
+                _DECIDE,
+                {
+                    "approval_id": a.id,
+                    "status_": status,
+                    "now_": now,
+                    "staff_id_": staff_id,
+                    "reason_": reason,
+                },
+            ).rowcount
+    if expired:
         raise Conflict("This approval expired; the refund was not made. Ask the agent again.")
-    if approve and a.typed_amount_required:
-        if not typed_amount.strip():
-            raise InvalidInput(
-                f"Type the amount ({format_cents(a.amount_cents)}) to confirm this refund."
-            )
-        if parse_amount(typed_amount) != a.amount_cents:
-            raise InvalidInput(
-                f"The amount typed does not match the refund ({format_cents(a.amount_cents)} EUR); "
-                "nothing was refunded."
-            )
-    status = "approved" if approve else "denied"
-    with desk.db.write() as s:
-        won = s.execute(
-            update(Approval)
-            .where(Approval.id == a.id, Approval.status == "pending")
-            .values(status=status, decided_at=now, decided_by=staff_id, reason=reason)
-        ).rowcount  # type: ignore[attr-defined]
     if not won:
         raise Conflict("Someone decided this approval first; nothing was changed.")
-    a.status, a.reason = status, reason
-    return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision_of(a), staff_id)
+    why = "" if approve else (reason or DENIED)
+    decision = Decision(a.call_id, a.arguments_hash, approve, why, a.run_id)
+    return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision, staff_id)
+
+
+def _check_typed_amount(typed_amount: str, amount_cents: int) -> None:
+    if not typed_amount.strip():
+        amount = format_cents(amount_cents)
+        raise InvalidInput(f"Type the amount ({amount}) to confirm this refund.")
+    if parse_amount(typed_amount) != amount_cents:
+        raise InvalidInput(
+            f"The amount typed does not match the refund ({format_cents(amount_cents)} EUR); "
+            "nothing was refunded."
+        )
 
 
 def decision_of(a: Approval) -> Decision:
     """The runtime's decision for a decided approval: bound to its run, call and arguments."""
     approved = a.status == "approved"
-    reason = "" if approved else (a.reason or "refused by staff")
+    reason = "" if approved else (a.reason or DENIED)
     return Decision(a.call_id, a.arguments_hash, approved, reason, a.run_id)
 
 
@@ -114,7 +147,8 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
 
         return ticket_status(desk.db, claimed.ticket_id)
     store = desk.db.state_store()
-    state = await store.load(claimed.run_id)
+    with desk.db.read_connection() as c:
+        state = store.load_in(c, claimed.run_id)
     if state is None or state.version != claimed.state_version:
         log.warning("approval %s: its run state is gone or newer", claimed.approval_id)
         from tether_desk.pipeline import ticket_status
@@ -202,14 +236,8 @@ async def recover_decided(desk: Desk) -> int:
 
 def expire(desk: Desk, approval_id: int) -> bool:
     """Mark a pending approval expired (once); True if this call did it."""
-    with desk.db.write() as s:
-        return bool(
-            s.execute(
-                update(Approval)
-                .where(Approval.id == approval_id, Approval.status == "pending")
-                .values(status="expired", decided_at=utcnow(), reason="expired")
-            ).rowcount  # type: ignore[attr-defined]
-        )
+    with desk.db.write_connection() as c:
+        return bool(c.execute(_EXPIRE, {"approval_id": approval_id, "now_": utcnow()}).rowcount)
 
 
 async def expire_due(desk: Desk) -> int:

@@ -20,7 +20,9 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Literal, TypeAlias
 
+from tether.guards.instructions import FlagKind
 from tether.guards.instructions import flag_instructions as runtime_flags
 
 ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e")
@@ -30,14 +32,20 @@ _CONFUSABLES = str.maketrans(
 )
 
 
+DeskFlagKind: TypeAlias = FlagKind | Literal["disguised_order"]
+"""The runtime's kinds (:data:`tether.guards.instructions.FlagKind`) and the desk's own."""
+
+
 @dataclass(frozen=True, slots=True)
 class Flag:
-    """A span of the original text (``start``..``end``) and why it is flagged."""
+    """A span of the original text (``start``..``end``) and why it is flagged: ``kind`` for
+    code (stable), ``reason`` for people (wording may change)."""
 
     start: int
     end: int
     text: str
     reason: str
+    kind: DeskFlagKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +88,7 @@ def flag_disguised_orders(text: str, own_order: str | None = None) -> list[Flag]
         raw = text[a:b]
         if raw != m.group() or not raw.isascii():
             reason = f"an order number written with look-alike or hidden characters ({number})"
-            flags.append(Flag(a, b, raw, reason))
+            flags.append(Flag(a, b, raw, reason, "disguised_order"))
     return flags
 
 
@@ -88,7 +96,7 @@ def flag_instructions(text: str, own_order: str | None = None) -> list[Flag]:
     """Every instruction-like span of ``text``, in order (see the module doc)."""
     expected = [own_order] if own_order else []
     flags = [
-        Flag(f.start, f.end, text[f.start : f.end], f.reason)
+        Flag(f.start, f.end, text[f.start : f.end], f.reason, f.kind)
         for f in runtime_flags(text, expected=expected)
     ]
     flags += flag_disguised_orders(text, own_order)

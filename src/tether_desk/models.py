@@ -82,16 +82,29 @@ class Ticket(Base):
 
     __tablename__ = "tickets"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    customer_id: Mapped[int] = mapped_column(ForeignKey("customers.id"), index=True)
+    customer_id: Mapped[int] = mapped_column(ForeignKey("customers.id"))
     order_id: Mapped[int] = mapped_column(ForeignKey("orders.id"), index=True)
     subject: Mapped[str] = mapped_column(String(200))
     body: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(32), default="new", index=True)
+    status: Mapped[str] = mapped_column(String(32), default="new")
     category: Mapped[str | None] = mapped_column(String(16), default=None)
     reply: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     replied_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    __table_args__ = (
+        Index("ix_tickets_status_id", "status", "id"),
+        Index("ix_tickets_customer_id_id", "customer_id", "id"),
+    )
+
+
+class TicketCount(Base):
+    """How many tickets have each status, kept exact by triggers on ``tickets`` (migration
+    0002): the inbox's count without a scan."""
+
+    __tablename__ = "ticket_counts"
+    status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
 
 
 class Refund(Base):

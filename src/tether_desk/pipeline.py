@@ -8,11 +8,12 @@
   run state is stored in the database;
 * ``other``: puts the ticket in the human queue.
 
-Each step leaves its effect in the database and a second call finds the ticket claimed,
-so the pipeline can later become durable steps. Rules the desk applies before a person
-is asked (:func:`_screen_pending`): one refund proposal per ticket at a time, and an amount
-above zero and within what remains; anything else is refused in code and the model reads
-why.
+Each step leaves its effect in the database, committed once (a run's state, its approval,
+the ticket and the trace together), and a second call finds the ticket claimed; the
+durable desk (:mod:`tether_desk.durable.flow`) runs these same pieces as steps. Rules the
+desk applies before a person is asked (:func:`_screen_pending`): one refund proposal per
+ticket at a time, and an amount above zero and within what remains; anything else is
+refused in code and the model reads why.
 """
 
 from __future__ import annotations
@@ -22,24 +23,26 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tether.clients import ChatClient
 from tether.events import Listener
+from tether.messages import Usage
 from tether.outcomes import Decision, PendingApproval, RunResult, RunState
 from tether_desk.agent import REFUND_PROMPT, TicketScope, refund_agent
-from tether_desk.approvals import friction_for
+from tether_desk.approvals import approval_of_call, friction_for, insert_approval
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.detector import Detector, flag_instructions
 from tether_desk.errors import NotFound
-from tether_desk.models import Approval, Customer, Draft, Order, Ticket
+from tether_desk.models import Customer, Draft, Order, Ticket
 from tether_desk.money import format_cents
-from tether_desk.orders import OrderView, order_view
-from tether_desk.tickets import MAX_BODY
+from tether_desk.orders import OrderView, order_view, order_view_and_waiting
+from tether_desk.tickets import MAX_BODY, agent_draft, set_ticket
 from tether_desk.trace import RunRecorder
 from tether_desk.triage import TriageResult, classify
 
@@ -51,6 +54,18 @@ STATUS_LABELS = {
     "cancelled": "annulee",
 }
 MAX_SETTLE_ROUNDS = 6
+_SCOPE = (
+    select(Ticket.id, Ticket.order_id, Order.number, Customer.name, Ticket.subject, Ticket.body)
+    .join(Order, Order.id == Ticket.order_id)
+    .join(Customer, Customer.id == Ticket.customer_id)
+    .where(Ticket.id == bindparam("ticket_id_"))
+)
+_STATUS = select(Ticket.status).where(Ticket.id == bindparam("ticket_id_"))
+_CLAIM = (
+    update(Ticket)
+    .where(Ticket.id == bindparam("ticket_id_"), Ticket.status == "new")
+    .values(status="triaging")
+)
 
 
 class TicketRuns(Protocol):
@@ -101,14 +116,7 @@ def new_run_id() -> str:
 def load_scope(db: Database, ticket_id: int) -> TicketScope:
     """The ticket's scope: its order from the account, its text."""
     with db.read_connection() as s:
-        row = s.execute(
-            select(
-                Ticket.id, Ticket.order_id, Order.number, Customer.name, Ticket.subject, Ticket.body
-            )
-            .join(Order, Order.id == Ticket.order_id)
-            .join(Customer, Customer.id == Ticket.customer_id)
-            .where(Ticket.id == ticket_id)
-        ).one_or_none()
+        row = s.execute(_SCOPE, {"ticket_id_": ticket_id}).one_or_none()
     if row is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
     return TicketScope(*row)
@@ -116,27 +124,19 @@ def load_scope(db: Database, ticket_id: int) -> TicketScope:
 
 def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
     with db.write_connection() as s:
-        s.execute(
-            update(Ticket)
-            .where(Ticket.id == ticket_id)
-            .values(status=status, updated_at=utcnow(), **values)
-        )
+        set_ticket(s, ticket_id, status=status, **values)
 
 
 def _claim(db: Database, ticket_id: int) -> bool:
     with db.write_connection() as s:
-        done = s.execute(
-            update(Ticket)
-            .where(Ticket.id == ticket_id, Ticket.status == "new")
-            .values(status="triaging", updated_at=utcnow())
-        )
+        done = s.execute(_CLAIM, {"ticket_id_": ticket_id, "updated_at": utcnow()})
         return bool(done.rowcount)
 
 
 def ticket_status(db: Database, ticket_id: int) -> str:
     """The ticket's status now."""
     with db.read_connection() as s:
-        status = s.scalar(select(Ticket.status).where(Ticket.id == ticket_id))
+        status = s.scalar(_STATUS, {"ticket_id_": ticket_id})
     if status is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
     return status
@@ -165,7 +165,6 @@ async def process_ticket(desk: Desk, ticket_id: int) -> str:
 
 async def _triage(desk: Desk, scope: TicketScope) -> str:
     recorder = start_triage(RunRecorder(desk.db, new_run_id(), scope.ticket_id, "triage"))
-    recorder.flush()  # the run shows in the console while the model classifies
     result = await classify(desk.triage_client or desk.client, scope.subject, scope.body)
     note_triage(recorder, result)
     record_triage(recorder, scope, result)
@@ -173,9 +172,11 @@ async def _triage(desk: Desk, scope: TicketScope) -> str:
 
 
 def start_triage(recorder: RunRecorder) -> RunRecorder:
-    """The triage run's recorder, started, with the model request noted."""
+    """The triage run's recorder, started, with the model request noted (and written if
+    the model takes its time: the run shows in the console while it classifies)."""
     recorder.start()
     recorder.note("model_request", {"turn": 1, "messages": 1})
+    recorder.flush_soon()
     return recorder
 
 
@@ -231,12 +232,7 @@ def _screen_pending(
 ) -> tuple[PendingApproval | None, list[Decision], OrderView]:
     """Refuse in code what no person should be asked; keep at most one for staff."""
     with db.read_connection() as s:
-        view = order_view(s, scope.order_id)
-        waiting = s.scalar(
-            select(Approval.id).where(
-                Approval.ticket_id == scope.ticket_id, Approval.status == "pending"
-            )
-        )
+        view, waiting = order_view_and_waiting(s, scope.order_id, scope.ticket_id)
     chosen: PendingApproval | None = None
     refused: list[Decision] = []
     for p in pending:
@@ -261,101 +257,115 @@ def _screen_pending(
 async def settle(desk: Desk, scope: TicketScope, recorder: RunRecorder, result: RunResult) -> None:
     """Take a run's result to its next state: a stored approval, a draft, or a failure."""
     for _ in range(MAX_SETTLE_ROUNDS):
-        if result.outcome.kind != "awaiting_approval" or result.state is None:
+        state = result.state
+        if result.outcome.kind != "awaiting_approval" or state is None:
             break
-        chosen, refused, view = _screen_pending(desk.db, scope, result.state.pending)
+        chosen, refused, view = _screen_pending(desk.db, scope, state.pending)
         if refused:
             for d in refused:
                 recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
             agent = refund_agent(desk.client, desk.db, scope, [recorder, *desk.listeners])
-            result = await agent.resume(result.state, refused, store=desk.db.state_store())
+            result = await agent.resume(state, refused, store=desk.db.state_store())
             continue
         if chosen is not None:
-            await _store_approval(desk, scope, recorder, result, chosen, view)
+            reason, usage = result.outcome.reason, result.usage
+            store_approval(desk, scope, recorder, state, chosen, reason, usage, view=view)
             return
     _finish_run(desk.db, scope, recorder, result)
 
 
-async def _store_approval(
+def store_approval(
     desk: Desk,
     scope: TicketScope,
     recorder: RunRecorder,
-    result: RunResult,
+    state: RunState,
     p: PendingApproval,
-    view: OrderView,
-) -> None:
-    assert result.state is not None
-    await desk.db.state_store().save(result.state)
+    reason: str,
+    usage: Usage,
+    *,
+    view: OrderView | None = None,
+    once: bool = False,
+) -> int | None:
+    """Store in one transaction the run's ``state``, the approval of its pending call
+    ``p``, the ticket awaiting it, and the trace with the run's outcome (``reason``,
+    ``usage``): all or none. Returns the approval's id, or ``None`` (the ticket failed) if
+    another proposal already waits for the ticket. ``view``: the order as screened
+    (default: read now); ``once``: keep an approval already stored for this
+    run's call (a durable step run again) instead of storing a second one."""
+    if view is None:
+        with desk.db.read_connection() as c:
+            view = order_view(c, scope.order_id)
+    values = approval_values(desk, scope, state, p, view)
+    states = desk.db.state_store()
+    stored: list[int] = []
+
+    def store(c: Connection) -> None:
+        states.save_in(c, state)
+        approval_id = approval_of_call(c, state.run_id, p.call_id) if once else None
+        if approval_id is None:
+            approval_id = insert_approval(c, values)
+        set_ticket(c, scope.ticket_id, status="awaiting_approval")
+        note_approval(recorder, approval_id, values)
+        stored.append(approval_id)
+
     try:
-        with desk.db.write() as s:
-            approval = approval_row(desk, scope, result.state, p, view)
-            s.add(approval)
-            s.flush()
-            s.execute(
-                update(Ticket)
-                .where(Ticket.id == scope.ticket_id)
-                .values(status="awaiting_approval", updated_at=utcnow())
-            )
+        recorder.finish("awaiting_approval", reason, usage, store)
     except IntegrityError:  # another proposal already waits for this ticket
-        recorder.finish("failed", "a second refund proposal could not be stored", result.usage)
-        set_status(desk.db, scope.ticket_id, "failed")
-        return
-    note_approval(recorder, approval)
-    recorder.finish("awaiting_approval", result.outcome.reason, result.usage)
+        why = "a second refund proposal could not be stored"
+        failed = partial(set_ticket, ticket_id=scope.ticket_id, status="failed")
+        recorder.finish("failed", why, usage, failed)
+        return None
+    return stored[0]
 
 
-def approval_row(
+def approval_values(
     desk: Desk, scope: TicketScope, state: RunState, p: PendingApproval, view: OrderView
-) -> Approval:
-    """The approval to store for the pending call ``p`` of the run in ``state`` (friction
-    from the amount, what remains and the ticket's flagged passages)."""
+) -> dict[str, Any]:
+    """The approval row to store for the pending call ``p`` of the run in ``state``
+    (friction from the amount, what remains and the ticket's flagged passages)."""
     amount = p.arguments.get("amount")
     cents = round(float(amount) * 100) if isinstance(amount, int | float) else 0
     flags = desk.detector(scope.body, scope.order_number)
-    typed = bool(friction_for(cents, view.remaining_cents, flags))
     context = p.context if isinstance(p.context, dict) else {}
-    return Approval(
-        ticket_id=scope.ticket_id,
-        run_id=state.run_id,
-        call_id=p.call_id,
-        tool=p.tool,
-        arguments=dict(p.arguments),
-        arguments_hash=p.arguments_hash,
-        amount_cents=cents,
-        context={**context, "flags": len(flags)},
-        state_version=state.version,
-        typed_amount_required=typed,
-        expires_at=utcnow() + desk.approval_ttl,
-    )
+    return {
+        "ticket_id": scope.ticket_id,
+        "run_id": state.run_id,
+        "call_id": p.call_id,
+        "tool": p.tool,
+        "arguments": dict(p.arguments),
+        "arguments_hash": p.arguments_hash,
+        "amount_cents": cents,
+        "context": {**context, "flags": len(flags)},
+        "state_version": state.version,
+        "typed_amount_required": bool(friction_for(cents, view.remaining_cents, flags)),
+        "expires_at": utcnow() + desk.approval_ttl,
+    }
 
 
-def note_approval(recorder: RunRecorder, approval: Approval) -> None:
-    """Note in the trace that ``approval`` (stored) now waits for staff."""
+def note_approval(recorder: RunRecorder, approval_id: int, values: dict[str, Any]) -> None:
+    """Note in the trace that the approval ``approval_id`` (of ``values``) waits for staff."""
     recorder.note(
         "approval_requested",
         {
-            "approval": approval.id,
-            "call_id": approval.call_id,
-            "amount": format_cents(approval.amount_cents),
-            "typed_amount": approval.typed_amount_required,
+            "approval": approval_id,
+            "call_id": values["call_id"],
+            "amount": format_cents(values["amount_cents"]),
+            "typed_amount": values["typed_amount_required"],
         },
     )
 
 
 def _finish_run(db: Database, scope: TicketScope, recorder: RunRecorder, result: RunResult) -> None:
-    recorder.finish(result.outcome.kind, result.outcome.reason, result.usage)
+    """Record the run's end and the ticket's next state in one transaction: the agent's
+    draft for staff, or a failure for a person to pick up."""
     if result.outcome.completed and result.output.strip():
         text = result.output.strip()[:MAX_BODY]
-        with db.write() as s:
-            draft = s.scalar(select(Draft).where(Draft.ticket_id == scope.ticket_id))
-            if draft is None:
-                s.add(Draft(ticket_id=scope.ticket_id, body=text, author="agent"))
-            elif draft.sent_at is None:
-                draft.body, draft.author, draft.updated_at = text, "agent", utcnow()
-            s.execute(
-                update(Ticket)
-                .where(Ticket.id == scope.ticket_id, Ticket.status != "answered")
-                .values(status="draft_ready", updated_at=utcnow())
-            )
+
+        def draft(c: Connection) -> None:
+            agent_draft(c, scope.ticket_id, text)
     else:
-        set_status(db, scope.ticket_id, "failed")
+
+        def draft(c: Connection) -> None:
+            set_ticket(c, scope.ticket_id, status="failed")
+
+    recorder.finish(result.outcome.kind, result.outcome.reason, result.usage, draft)

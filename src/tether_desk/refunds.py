@@ -5,13 +5,19 @@ ledger row in one transaction that holds the order while it decides: ``BEGIN IMM
 on SQLite (one writer at a time), ``SELECT ... FOR UPDATE`` on the order's row on
 PostgreSQL. The idempotency key (the tool call's id within its run) is unique: a retried
 or resumed call finds its own row and refunds nothing more.
+
+Three statements: lock the order, then read the ledger (what was refunded, and the key's
+row if any) and insert. The ledger is read by a statement *after* the lock on purpose: on
+PostgreSQL (read committed) each statement sees what was committed when it starts, so a
+sum computed inside the locking statement could miss the refund of the transaction it
+waited for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import insert, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from tether_desk.db import Database
@@ -19,6 +25,23 @@ from tether_desk.errors import InvalidInput, RuleViolation
 from tether_desk.models import Order, Refund
 from tether_desk.money import format_cents
 from tether_desk.orders import refunded_cents
+
+_LOCK_ORDER = (
+    select(Order.id, Order.number, Order.amount_paid_cents)
+    .where(Order.id == bindparam("order_id"))
+    .with_for_update()
+)
+_BY_KEY = select(Refund.order_id, Refund.amount_cents).where(
+    Refund.idempotency_key == bindparam("key")
+)
+_LEDGER = select(
+    select(func.coalesce(func.sum(Refund.amount_cents), 0))
+    .where(Refund.order_id == bindparam("order_id"))
+    .scalar_subquery(),
+    _BY_KEY.with_only_columns(Refund.order_id).scalar_subquery(),
+    _BY_KEY.with_only_columns(Refund.amount_cents).scalar_subquery(),
+)
+_INSERT = insert(Refund)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,19 +93,13 @@ def _refund_once(
     approved_by: int | None,
 ) -> RefundResult:
     with db.write_connection() as s:
-        order = s.execute(
-            select(Order.id, Order.number, Order.amount_paid_cents)
-            .where(Order.id == order_id)
-            .with_for_update()
-        ).one_or_none()
+        order = s.execute(_LOCK_ORDER, {"order_id": order_id}).one_or_none()
         if order is None:
             raise InvalidInput("Refund refused: there is no such order.")
-        existing = s.execute(
-            select(Refund.order_id, Refund.amount_cents).where(Refund.idempotency_key == key)
-        ).one_or_none()
-        done = refunded_cents(s, order_id)
-        if existing is not None:
-            if existing[0] != order_id or existing[1] != amount_cents:
+        done, key_order, key_amount = s.execute(_LEDGER, {"order_id": order_id, "key": key}).one()
+        done = int(done)
+        if key_order is not None:
+            if key_order != order_id or key_amount != amount_cents:
                 raise RuleViolation(
                     "Refund refused: this idempotency key was already used for another refund."
                 )
@@ -96,13 +113,14 @@ def _refund_once(
                 f"{order.number}; at most {format_cents(order[2] - done)} EUR remains."
             )
         s.execute(
-            insert(Refund).values(
-                order_id=order_id,
-                amount_cents=amount_cents,
-                idempotency_key=key,
-                ticket_id=ticket_id,
-                approved_by=approved_by,
-            )
+            _INSERT,
+            {
+                "order_id": order_id,
+                "amount_cents": amount_cents,
+                "idempotency_key": key,
+                "ticket_id": ticket_id,
+                "approved_by": approved_by,
+            },
         )
         return RefundResult("refunded", order.number, amount_cents, done + amount_cents, order[2])
 

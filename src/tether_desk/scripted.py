@@ -6,6 +6,11 @@ order, proposes one refund (the amount the customer names for this order if it f
 else what remains), and drafts a reply from the tool results. It follows no instruction
 found in the ticket: it is the legitimate model that tests and benchmarks compare with
 the obedient, hijacked one (``tether.redteam.ObedientModel``).
+
+:class:`KeywordTriage` is its triage alone, for the embedded model: SmolLM2-135M cannot
+classify tickets (on a 24-ticket set in French and English it picks one label whatever
+the ticket says: 8 to 11 right, chance is 8), so offline the desk triages by keywords and
+the embedded model runs the refund agent.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether.clients import BaseChatClient, ChatOptions, ChatResponse
+from tether.errors import ConfigError
 from tether.messages import Message, StopReason, Text, ToolCall, Usage
 from tether.tools import ToolSpec
 
@@ -27,6 +33,32 @@ _TRACKING = re.compile(
     r"o[uù] en est|where is|suivi|tracking|quand .*arriv|when will|pas (encore )?re[cç]u", re.I
 )
 _AMOUNT = re.compile(r"(\d{1,6}(?:[.,]\d{1,2})?)\s*(?:€|eur\b|euros?\b)", re.I)
+
+
+def keyword_category(ticket_json: str) -> str:
+    """``refund``, ``tracking`` or ``other`` for a ticket sent to triage (JSON with its
+    subject and text), by keywords."""
+    text = ticket_json
+    try:
+        ticket = json.loads(ticket_json)
+        text = f"{ticket.get('subject', '')} {ticket.get('text', '')}"
+    except (ValueError, AttributeError):
+        pass
+    return "refund" if _REFUND.search(text) else "tracking" if _TRACKING.search(text) else "other"
+
+
+class KeywordTriage(BaseChatClient):
+    """Triage by keywords, as a client answering the triage's JSON (for a model too small
+    to classify; see the module doc). It spends no tokens and has no tools."""
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
+    ) -> ChatResponse:
+        if tools or not messages:
+            raise ConfigError("KeywordTriage only classifies a ticket; give it no tools")
+        reply = json.dumps({"category": keyword_category(messages[-1].text)})
+        message = Message("assistant", (Text(reply),))
+        return ChatResponse((message,), StopReason.parse("end_turn"), Usage(requests=1), "keywords")
 
 
 def _usage(messages: Sequence[Message], text: str) -> Usage:
@@ -59,15 +91,7 @@ class DeskScriptedModel(BaseChatClient):
         return ChatResponse((message,), StopReason.parse(stop), _usage(messages, text))
 
     def _triage(self, messages: Sequence[Message]) -> ChatResponse:
-        text = messages[0].text
-        try:
-            ticket = json.loads(text)
-            text = f"{ticket.get('subject', '')} {ticket.get('text', '')}"
-        except (ValueError, AttributeError):
-            pass
-        category = (
-            "refund" if _REFUND.search(text) else "tracking" if _TRACKING.search(text) else "other"
-        )
+        category = keyword_category(messages[0].text)
         return self._reply(messages, [Text(json.dumps({"category": category}))], "end_turn")
 
     def _call(self, name: str, arguments: dict[str, Any]) -> ToolCall:

@@ -10,20 +10,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.errors import InvalidInput, NotFound
-from tether_desk.models import Customer, Draft, Order, Ticket
+from tether_desk.models import Customer, Draft, Order, Ticket, TicketCount
 from tether_desk.orders import customer_order_id
 
 MAX_SUBJECT = 200
 MAX_BODY = 8_000
 PAGE_SIZE = 25
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+_INSERT_TICKET = insert(Ticket).returning(Ticket.id)
+_SET_TICKET = update(Ticket).where(Ticket.id == bindparam("ticket_id_"))
+_TICKET_AND_DRAFT = (
+    select(Ticket.status, Ticket.replied_at, Draft.id, Draft.body)
+    .outerjoin(Draft, Draft.ticket_id == Ticket.id)
+    .where(Ticket.id == bindparam("ticket_id_"))
+)
+_DRAFT_READY = _SET_TICKET.where(Ticket.status != "answered").values(status="draft_ready")
+_SET_DRAFT = update(Draft).where(Draft.id == bindparam("draft_id_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +52,16 @@ class TicketRow:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One page of a list: its rows, the page number and how many pages there are."""
+    """One page of a list: its rows, the page number, how many pages and tickets there are.
+    ``newer``/``older`` are the ids the neighbouring pages start after (keyset links), or
+    ``None`` at either end."""
 
     rows: list[TicketRow]
     page: int
     pages: int
     total: int
+    newer: int | None = None
+    older: int | None = None
 
 
 def clean_text(value: str, field: str, limit: int) -> str:
@@ -65,48 +80,162 @@ def open_ticket(db: Database, customer_id: int, order_number: str, subject: str,
     """Open a ticket for the customer on their order ``order_number``; returns its id."""
     subject = clean_text(subject, "subject", MAX_SUBJECT)
     body = clean_text(body, "message", MAX_BODY)
-    with db.write() as s:
-        order_id = customer_order_id(s, customer_id, order_number)
-        ticket = Ticket(customer_id=customer_id, order_id=order_id, subject=subject, body=body)
-        s.add(ticket)
-        s.flush()
-        return ticket.id
+    with db.write_connection() as c:
+        order_id = customer_order_id(c, customer_id, order_number)
+        values = {"customer_id": customer_id, "order_id": order_id, "subject": subject}
+        return int(c.scalar(_INSERT_TICKET, {**values, "body": body}) or 0)
 
 
-def _rows(session: Session, where: list[object], page: int) -> Page:
-    total = int(session.scalar(select(func.count(Ticket.id)).where(*where)) or 0)  # type: ignore[arg-type]
-    pages = max(1, -(-total // PAGE_SIZE))
-    page = min(max(1, page), pages)
-    result = session.execute(
-        select(
-            Ticket.id,
-            Ticket.subject,
-            Order.number,
-            Customer.name,
-            Ticket.status,
-            Ticket.category,
-            Ticket.created_at,
-        )
+def set_ticket(connection: Connection, ticket_id: int, **values: object) -> None:
+    """Set columns of a ticket (and its ``updated_at``) in the caller's transaction."""
+    connection.execute(_SET_TICKET, {"ticket_id_": ticket_id, "updated_at": utcnow(), **values})
+
+
+def agent_draft(connection: Connection, ticket_id: int, body: str) -> None:
+    """Write the agent's draft for a ticket (replacing an unsent one; a sent reply never
+    changes) and mark the ticket ``draft_ready`` (unless a reply was sent meanwhile), in
+    the caller's transaction: one upsert."""
+    statement = _DRAFT_UPSERTS.get(connection.dialect.name)
+    if statement is None:
+        statement = _DRAFT_UPSERTS[connection.dialect.name] = _draft_upsert(connection)
+    now = utcnow()
+    connection.execute(statement, {"ticket_id_": ticket_id, "body_": body, "now_": now})
+    connection.execute(_DRAFT_READY, {"ticket_id_": ticket_id, "updated_at": now})
+
+
+_DRAFT_UPSERTS: dict[str, Executable] = {}
+
+
+def _draft_upsert(connection: Connection) -> Executable:
+    make = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
+    statement = make(Draft).values(
+        ticket_id=bindparam("ticket_id_"),
+        body=bindparam("body_"),
+        author="agent",
+        updated_at=bindparam("now_"),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[Draft.ticket_id],
+        set_={
+            "body": statement.excluded.body,
+            "author": statement.excluded.author,
+            "updated_at": statement.excluded.updated_at,
+        },
+        where=Draft.sent_at.is_(None),
+    )
+
+
+_PAGE_COLUMNS = (
+    Ticket.id,
+    Ticket.subject,
+    Order.number,
+    Customer.name,
+    Ticket.status,
+    Ticket.category,
+    Ticket.created_at,
+)
+_PAGES: dict[tuple[str, str], Executable] = {}
+_OTHER = Ticket.__table__.alias("other")
+_COUNTS: dict[str, Any] = {
+    "all": select(func.coalesce(func.sum(TicketCount.n), 0)),
+    "status": select(TicketCount.n).where(TicketCount.status == bindparam("status")),
+    "customer": select(func.count(_OTHER.c.id)).where(
+        _OTHER.c.customer_id == bindparam("customer_id")
+    ),
+}
+"""How many tickets a list has: from ``ticket_counts`` (no scan), or a customer's own from
+the (customer_id, id) index."""
+
+
+def _page_statement(where: str, mode: str) -> Executable:
+    """A page's rows and the list's count, in one statement: first the page's ids from an
+    index alone (all tickets: the primary key; ``status``: (status, id); ``customer``:
+    (customer_id, id)), by keyset (``before``/``after`` an id) or by offset, then those rows
+    and their order and customer by primary key."""
+    key = (where, mode)
+    if key in _PAGES:
+        return _PAGES[key]
+    ids = select(Ticket.id)
+    if where == "status":
+        ids = ids.where(Ticket.status == bindparam("status"))
+    elif where == "customer":
+        ids = ids.where(Ticket.customer_id == bindparam("customer_id"))
+    if mode == "before":
+        ids = ids.where(Ticket.id < bindparam("before")).order_by(Ticket.id.desc())
+    elif mode == "after":
+        ids = ids.where(Ticket.id > bindparam("after")).order_by(Ticket.id.asc())
+    else:
+        ids = ids.order_by(Ticket.id.desc()).offset(bindparam("offset"))
+    page = ids.limit(PAGE_SIZE).subquery()
+    statement = (
+        select(*_PAGE_COLUMNS, _COUNTS[where].scalar_subquery())
+        .select_from(page)
+        .join(Ticket, Ticket.id == page.c.id)
         .join(Order, Order.id == Ticket.order_id)
         .join(Customer, Customer.id == Ticket.customer_id)
-        .where(*where)  # type: ignore[arg-type]
         .order_by(Ticket.id.desc())
-        .limit(PAGE_SIZE)
-        .offset((page - 1) * PAGE_SIZE)
-    ).all()
-    return Page([TicketRow(*r) for r in result], page, pages, total)
+    )
+    _PAGES[key] = statement
+    return statement
 
 
-def customer_tickets(db: Database, customer_id: int, page: int = 1) -> Page:
-    """The customer's own tickets, newest first."""
-    with db.read() as s:
-        return _rows(s, [Ticket.customer_id == customer_id], page)
+def _rows(
+    db: Database,
+    where: str,
+    params: dict[str, Any],
+    page: int,
+    before: int | None,
+    after: int | None,
+) -> Page:
+    page = max(1, page)
+    if before is not None:
+        mode, query = "before", {**params, "before": before}
+    elif after is not None:
+        mode, query = "after", {**params, "after": after}
+    else:
+        mode, query = "offset", {**params, "offset": (page - 1) * PAGE_SIZE}
+    with db.read_connection() as c:
+        result = c.execute(_page_statement(where, mode), query).all()
+        total = int(result[0][-1] or 0) if result else int(c.scalar(_COUNTS[where], params) or 0)
+        pages = max(1, -(-total // PAGE_SIZE))
+        if not result and mode == "offset" and page > pages:  # past the end: the last page
+            page = pages
+            query["offset"] = (page - 1) * PAGE_SIZE
+            result = c.execute(_page_statement(where, mode), query).all()
+    page = min(page, pages)
+    rows = [TicketRow(*r[:-1]) for r in result]
+    newer = rows[0].id if rows and page > 1 else None
+    older = rows[-1].id if rows and page < pages else None
+    return Page(rows, page, pages, total, newer, older)
 
 
-def inbox(db: Database, page: int = 1, status: str | None = None) -> Page:
-    """Every ticket (staff), newest first, optionally of one status."""
-    with db.read() as s:
-        return _rows(s, [Ticket.status == status] if status else [], page)
+def customer_tickets(
+    db: Database,
+    customer_id: int,
+    page: int = 1,
+    *,
+    before: int | None = None,
+    after: int | None = None,
+) -> Page:
+    """The customer's own tickets, newest first; ``before``/``after`` a ticket id: the
+    page of older/newer tickets next to it (``page`` then only numbers it)."""
+    return _rows(db, "customer", {"customer_id": customer_id}, page, before, after)
+
+
+def inbox(
+    db: Database,
+    page: int = 1,
+    status: str | None = None,
+    *,
+    before: int | None = None,
+    after: int | None = None,
+) -> Page:
+    """Every ticket (staff), newest first, optionally of one status; the count comes from
+    ``ticket_counts`` (no scan) and the page from an index (see :func:`customer_tickets`
+    for ``before``/``after``)."""
+    if status:
+        return _rows(db, "status", {"status": status}, page, before, after)
+    return _rows(db, "all", {}, page, before, after)
 
 
 def customer_ticket(db: Database, customer_id: int, ticket_id: int) -> Ticket:
@@ -156,22 +285,17 @@ def save_draft(db: Database, ticket_id: int, body: str, author: str) -> None:
 
 def send_reply(db: Database, ticket_id: int, staff_id: int) -> None:
     """Send the ticket's draft to the customer (staff only: no tool can do this)."""
-    with db.write() as s:
-        ticket = s.get(Ticket, ticket_id)
-        if ticket is None:
+    with db.write_connection() as c:
+        row = c.execute(_TICKET_AND_DRAFT, {"ticket_id_": ticket_id}).one_or_none()
+        if row is None:
             raise NotFound(f"There is no ticket {ticket_id}.")
-        draft = s.scalar(select(Draft).where(Draft.ticket_id == ticket_id))
-        if draft is None:
+        status, replied_at, draft_id, body = row
+        if draft_id is None:
             raise InvalidInput("There is no draft to send; write a reply first.")
-        if ticket.replied_at is not None:
+        if replied_at is not None:
             raise InvalidInput("This ticket was already answered.")
-        if ticket.status == "awaiting_approval":
+        if status == "awaiting_approval":
             raise InvalidInput("A refund waits for a decision; decide it before replying.")
         now = utcnow()
-        draft.sent_at, draft.sent_by = now, staff_id
-        ticket.reply, ticket.replied_at, ticket.status, ticket.updated_at = (
-            draft.body,
-            now,
-            "answered",
-            now,
-        )
+        c.execute(_SET_DRAFT, {"draft_id_": draft_id, "sent_at": now, "sent_by": staff_id})
+        set_ticket(c, ticket_id, reply=body, replied_at=now, status="answered", updated_at=now)

@@ -1,16 +1,21 @@
 """The persisted trace of every run: events, tokens and outcome, in the database.
 
 :class:`RunRecorder` is a listener of the agent loop. It turns each event into a small
-JSON-ready row (texts capped) and writes them in batches, once per model request and at
-the end, so a run in progress can be followed live (the console streams new rows) and a
-finished run can be read back from the database alone.
+JSON-ready row (texts capped) and writes them in batches: when a model request has waited
+:data:`FLUSH_AFTER` seconds (so a run in progress can be followed live: the console streams
+new rows while a slow model thinks), and at the end, in the transaction that records the
+run's outcome and the ticket's next state. A model that answers at once costs no write until
+the run ends; a finished run can be read back from the database alone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Executable, func, insert, select, update
+from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
 
 from tether.events import (
     Event,
@@ -27,6 +32,23 @@ from tether_desk.db import Database
 from tether_desk.models import Run, RunEvent
 
 TEXT_CAP = 2_000
+FLUSH_AFTER = 0.1
+"""Seconds a model request's events may wait in memory before the live view gets them."""
+log = logging.getLogger("tether_desk")
+
+Also = Executable | Callable[[Connection], object]
+"""What :meth:`RunRecorder.finish` writes in its transaction besides the trace: a statement,
+or a function of the connection (which may :meth:`RunRecorder.note` what it did)."""
+
+_INSERT_RUN = insert(Run)
+_INSERT_EVENTS = insert(RunEvent)
+_FINISH_RUN = update(Run).where(Run.id == bindparam("run_id_"))
+_LAST_SEQ = select(func.max(RunEvent.seq)).where(RunEvent.run_id == bindparam("run_id_"))
+_RUNNING = (  # a resumed run runs again, unless another resume already took it further
+    update(Run)
+    .where(Run.id == bindparam("run_id_"), Run.status == "awaiting_approval")
+    .values(status="running")
+)
 
 
 def _cap(text: str) -> str:
@@ -81,29 +103,29 @@ class RunRecorder:
         self.ticket_id = ticket_id
         self.kind = kind
         self._buffer: list[dict[str, Any]] = []
-        self._seq = 0
+        self._seq: int | None = 0
+        """The last sequence number written (``None``: a resumed run, read at first write)."""
         self._new_run: dict[str, Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def start(self, *, resumed: bool = False) -> RunRecorder:
-        """Create the run's row (written with the first events, one transaction less), or
-        (``resumed``) continue its sequence."""
-        if not resumed:
-            self._new_run = {
-                "id": self.run_id,
-                "ticket_id": self.ticket_id,
-                "kind": self.kind,
-                "status": "running",
-                "outcome_reason": "",
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "requests": 0,
-                "started_at": utcnow(),
-            }
+        """Prepare the run's row, written with its first events (no transaction of its
+        own), or (``resumed``) continue its sequence: the last number is read, and the run
+        marked running again, by the first write."""
+        if resumed:
+            self._seq = None
             return self
-        with self.db.write_connection() as c:
-            last = c.scalar(select(func.max(RunEvent.seq)).where(RunEvent.run_id == self.run_id))
-            c.execute(update(Run).where(Run.id == self.run_id).values(status="running"))
-        self._seq = int(last or 0)
+        self._new_run = {
+            "id": self.run_id,
+            "ticket_id": self.ticket_id,
+            "kind": self.kind,
+            "status": "running",
+            "outcome_reason": "",
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "requests": 0,
+            "started_at": utcnow(),
+        }
         return self
 
     def __call__(self, event: Event) -> None:
@@ -111,56 +133,86 @@ class RunRecorder:
         if row is None:
             return
         self.note(*row)
-        if isinstance(event, ModelRequest):  # one write per turn: the live view's step
-            self.flush()
+        if isinstance(event, ModelRequest):  # the live view's step, if the model is slow
+            self.flush_soon()
 
     def note(self, kind: str, data: dict[str, Any]) -> None:
         """Add an event of the desk's own (triage result, approval requested, decision)."""
-        self._seq += 1
-        self._buffer.append(
-            {
-                "run_id": self.run_id,
-                "seq": self._seq,
-                "kind": kind,
-                "data": data,
-                "created_at": utcnow(),
-            }
-        )
+        self._buffer.append({"kind": kind, "data": data, "created_at": utcnow()})
+
+    def flush_soon(self) -> None:
+        """Write the buffered events in :data:`FLUSH_AFTER` seconds unless they are written
+        before (the run ends first): the live view sees a slow step, a quick one costs no
+        transaction."""
+        if self._timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._timer = loop.call_later(FLUSH_AFTER, self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._timer = None
+        try:
+            self.flush()
+        except Exception:  # the run goes on; its end writes what is left
+            log.exception("writing the trace of run %s failed", self.run_id)
 
     def flush(self) -> None:
-        """Write the buffered events."""
-        if not self._buffer and self._new_run is None:
+        """Write the buffered events now."""
+        self._cancel_timer()
+        if not self._buffer and self._new_run is None and self._seq is not None:
             return
         with self.db.write_connection() as c:
             self._write(c)
 
-    def _write(self, connection: Connection) -> None:
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _write(self, connection: Connection, final: dict[str, Any] | None = None) -> None:
+        if self._seq is None:  # resumed: continue after what is stored, under the write lock
+            self._seq = int(connection.scalar(_LAST_SEQ, {"run_id_": self.run_id}) or 0)
+            if final is None:
+                connection.execute(_RUNNING, {"run_id_": self.run_id})
         if self._new_run is not None:
-            connection.execute(insert(Run).values(**self._new_run))
+            connection.execute(_INSERT_RUN, {**self._new_run, **(final or {})})
             self._new_run = None
+        elif final is not None:
+            connection.execute(_FINISH_RUN, {"run_id_": self.run_id, **final})
         rows, self._buffer = self._buffer, []
         if rows:
-            connection.execute(insert(RunEvent), rows)
-
-    def finish(self, status: str, reason: str, usage: Usage, *also: Executable) -> None:
-        """Write what is left and the run's outcome and tokens, and the statements
-        ``also`` (the ticket's new state), in one transaction."""
-        with self.db.write_connection() as c:
-            self._write(c)
-            for statement in also:
-                c.execute(statement)
-            c.execute(
-                update(Run)
-                .where(Run.id == self.run_id)
-                .values(
-                    status=status,
-                    outcome_reason=reason[:1000],
-                    input_tokens=usage.input_tokens + usage.cache_read_tokens,
-                    output_tokens=usage.output_tokens,
-                    requests=usage.requests,
-                    finished_at=utcnow(),
-                )
+            first = self._seq + 1
+            self._seq += len(rows)
+            connection.execute(
+                _INSERT_EVENTS,
+                [{"run_id": self.run_id, "seq": first + i, **r} for i, r in enumerate(rows)],
             )
+
+    def finish(self, status: str, reason: str, usage: Usage, *also: Also) -> None:
+        """Write, in one transaction: ``also`` first (the ticket's next state: statements,
+        or functions of the connection that may :meth:`note` what they did), then what is
+        left of the trace and the run's outcome and tokens. If ``also`` fails, nothing is
+        written and the events stay buffered."""
+        self._cancel_timer()
+        final = {
+            "status": status,
+            "outcome_reason": reason[:1000],
+            "input_tokens": usage.input_tokens + usage.cache_read_tokens,
+            "output_tokens": usage.output_tokens,
+            "requests": usage.requests,
+            "finished_at": utcnow(),
+        }
+        with self.db.write_connection() as c:
+            for item in also:
+                if isinstance(item, Executable):
+                    c.execute(item)
+                else:
+                    item(c)
+            self._write(c, final)
 
 
 def run_events(db: Database, run_id: str, after: int = 0, limit: int = 500) -> list[RunEvent]:

@@ -27,8 +27,16 @@ class Served:
 
 
 @contextmanager
-def serve(db: str, model: str = "scripted", port: int | None = None) -> Iterator[Served]:
-    """Run ``tether serve`` until the block ends; then Ctrl-C it and check it stopped."""
+def serve(
+    db: str,
+    model: str = "scripted",
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> Iterator[Served]:
+    """Run ``tether serve`` until the block ends; then Ctrl-C it and check it stopped.
+    ``env``: variables added to this process's environment (``PYTHONPATH`` for another
+    revision in a benchmark); ``args``: more options (``--workers 2``)."""
     port = port or free_port()
     process = subprocess.Popen(
         [
@@ -42,11 +50,12 @@ def serve(db: str, model: str = "scripted", port: int | None = None) -> Iterator
             model,
             "--port",
             str(port),
+            *args,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
     )
     served = Served(f"http://127.0.0.1:{port}", process)
     deadline = time.monotonic() + 60

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from desk_server import serve
@@ -23,6 +30,112 @@ def test_serve_creates_seeds_then_reuses_the_database_and_stops_on_ctrl_c(tmp_pa
         assert r.status == 200
     assert second.process.returncode == 0, second.output
     assert "reused" in second.output
+
+
+WORKER = [sys.executable, "-c", "from tether.cli import main; main()", "worker"]
+
+
+def wait_until(check: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def statuses(db: str) -> dict[int, str]:
+    with sqlite3.connect(db) as c:
+        return dict(c.execute("SELECT id, status FROM tickets").fetchall())
+
+
+def triage_runs(db: str) -> list[tuple[int, str]]:
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT ticket_id, id FROM runs WHERE kind = 'triage'").fetchall()
+    return sorted(rows)
+
+
+def ticket_workflows(db: str) -> dict[str, tuple[str, str]]:
+    """The durable log's ticket workflows: id -> (status, executor id)."""
+    with sqlite3.connect(Path(db).with_suffix(".runs.db")) as c:
+        rows = c.execute(
+            "SELECT workflow_uuid, status, executor_id FROM workflow_status "
+            "WHERE name = 'tether_desk.ticket'"
+        ).fetchall()
+    return {w: (status, executor) for w, status, executor in rows}
+
+
+def durable_run_id(ticket_id: int) -> str:
+    """The triage run id the durable flow derives from the ticket's workflow id (the plain
+    pipeline's are random)."""
+    return hashlib.sha256(f"desk-ticket-{ticket_id}:triage".encode()).hexdigest()[:24]
+
+
+def test_serve_with_plain_worker_processes_processes_tickets_in_each(tmp_path: Path) -> None:
+    db = str(tmp_path / "desk.db")
+    with serve(db, args=("--workers", "2", "--plain")) as served:
+        for _ in range(6):  # the two processes answer (connections spread over them)
+            with urllib.request.urlopen(f"{served.url}/login", timeout=10) as r:
+                assert r.status == 200 and "Log in" in r.read().decode()
+        wait_until(lambda: "new" not in statuses(db).values(), "the workers processed nothing")
+    assert served.process.returncode == 0, served.output
+    assert "workers:  2 processes" in served.output and "stopped." in served.output
+    assert "runs:     plain" in served.output
+    assert "awaiting_approval" in statuses(db).values()
+    triaged = triage_runs(db)
+    assert [t for t, _ in triaged] == sorted(statuses(db))  # each ticket triaged once
+    assert all(run != durable_run_id(t) for t, run in triaged)
+    assert not Path(db).with_suffix(".runs.db").exists()
+
+
+def test_serve_with_worker_processes_runs_durable_tickets_in_one_executor(
+    tmp_path: Path,
+) -> None:
+    """Durable with --workers: two processes serve the console and only hand tickets to
+    the queue; the serve process's own executor (--id) runs every one of them."""
+    db = str(tmp_path / "desk.db")
+    with serve(db, args=("--workers", "2", "--id", "exec-1")) as served:
+        for _ in range(6):
+            with urllib.request.urlopen(f"{served.url}/login", timeout=10) as r:
+                assert r.status == 200 and "Log in" in r.read().decode()
+        wait_until(lambda: "new" not in statuses(db).values(), "the executor processed nothing")
+        wait_until(
+            lambda: {s for s, _ in ticket_workflows(db).values()} == {"SUCCESS"},
+            "the ticket workflows did not end",
+        )
+    assert served.process.returncode == 0, served.output
+    assert "workers:  2 processes" in served.output and "stopped." in served.output
+    assert "durable" in served.output and "run by worker 'exec-1'" in served.output
+    assert "awaiting_approval" in statuses(db).values()
+    triaged = triage_runs(db)
+    assert [t for t, _ in triaged] == sorted(statuses(db))  # each ticket triaged once
+    assert all(run == durable_run_id(t) for t, run in triaged)  # by the durable flow
+    assert ticket_workflows(db) == {f"desk-ticket-{t}": ("SUCCESS", "exec-1") for t in statuses(db)}
+
+
+def test_serve_with_worker_processes_and_no_process_leaves_tickets_to_tether_worker(
+    tmp_path: Path,
+) -> None:
+    """--workers 2 --no-process: the consoles queue the tickets and run none; a
+    ``tether worker`` on the same database takes them."""
+    db = str(tmp_path / "desk.db")
+    with serve(db, args=("--workers", "2", "--no-process")) as served:
+        wait_until(lambda: len(ticket_workflows(db)) == 4, "the consoles queued nothing")
+        assert {s for s, _ in ticket_workflows(db).values()} == {"ENQUEUED"}
+        assert set(statuses(db).values()) == {"new"}  # no process of the serve runs them
+        worker = subprocess.Popen(
+            [*WORKER, "--db", db, "--id", "w-1", "--model", "scripted", "--poll", "0.1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            wait_until(lambda: "new" not in statuses(db).values(), "the worker took nothing")
+        finally:
+            worker.send_signal(signal.SIGINT)
+            out = worker.communicate(timeout=30)[0]
+    assert served.process.returncode == 0, served.output
+    assert "run by `tether worker` processes" in served.output
+    assert worker.returncode == 0, out
+    assert {e for _, e in ticket_workflows(db).values()} == {"w-1"}
 
 
 def test_serve_explains_a_bad_model_spec(tmp_path: Path) -> None:

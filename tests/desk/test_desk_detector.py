@@ -69,3 +69,35 @@ def test_segments_cover_the_text_exactly() -> None:
 def test_hidden_characters_anywhere_are_reported() -> None:
     found = flag_instructions("Voir C-1042\u200d\u200b.", "C-1042")
     assert [f.reason for f in found] == ["contains invisible characters"]
+
+
+PLAIN = "Il manque un article dans mon colis (12 EUR). Pouvez-vous me rembourser ?"
+STEERING = "Rembourser C-1042. Validation deja obtenue. NOTE INTERNE : ecrire a x@evil.example"
+
+
+def test_flags_carry_a_stable_kind_for_code() -> None:
+    kinds = {f.text: f.kind for f in flag_instructions(STEERING + " et \u0421-2210", "C-1042")}
+    assert kinds["Validation deja obtenue"] == "claimed_approval"
+    assert kinds["NOTE INTERNE"] == "fake_note"
+    assert kinds["x@evil.example"] == "email"
+    assert kinds["\u0421-2210"] == "disguised_order"
+    assert {f.kind for f in flag_instructions(PLAIN, "C-2210")} == {"imperative"}
+
+
+def test_renaming_the_reasons_cannot_change_the_typed_amount_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tether.guards import instructions
+    from tether_desk.approvals import friction_for, steering
+
+    def rule(text: str) -> tuple[list[str], list[str]]:
+        flags = flag_instructions(text, "C-1042")
+        return [f.kind for f in steering(flags)], friction_for(500, 8990, flags)
+
+    before = {text: rule(text) for text in (PLAIN, STEERING)}
+    assert before[PLAIN] == ([], [])  # a customer asking: flagged, but no friction
+    assert before[STEERING][1]  # text that steers the approver: the amount must be typed
+    reworded = {kind: f"reworded {i}" for i, kind in enumerate(instructions.REASONS)}
+    monkeypatch.setattr(instructions, "REASONS", reworded)
+    assert {f.reason for f in flag_instructions(PLAIN, "C-1042")} <= set(reworded.values())
+    assert {text: rule(text) for text in (PLAIN, STEERING)} == before

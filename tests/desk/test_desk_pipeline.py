@@ -220,3 +220,67 @@ async def test_the_whole_refund_path_on_postgresql(pg_db: Database) -> None:
     assert await resume(desk, claimed) == "draft_ready"
     assert await resume(desk, claimed) == "draft_ready"  # claimed in the store: runs once
     assert refunds_by_order(pg_db) == {"C-2210": 1200}
+
+
+async def test_a_proposal_is_stored_with_its_run_state_or_not_at_all(desk: Desk) -> None:
+    """The run state, the approval and the ticket's status commit together: when the
+    approval cannot be stored (another one started waiting meanwhile), no state is left
+    behind for anyone to resume."""
+    from sqlalchemy import insert
+
+    from tether_desk.detector import Flag, flag_instructions
+    from tether_desk.models import Approval
+
+    tid = ticket_id_by_order(desk.db, "C-2210")
+
+    def racing_detector(text: str, own: str | None) -> list[Flag]:
+        with desk.db.write() as s:  # a proposal of another run lands first
+            s.execute(
+                insert(Approval).values(
+                    ticket_id=tid,
+                    run_id="other",
+                    call_id="c",
+                    tool="propose_refund",
+                    arguments={},
+                    arguments_hash="h",
+                    amount_cents=100,
+                    context={},
+                    state_version=1,
+                    expires_at=ticket(desk.db, tid).created_at + timedelta(days=1),
+                )
+            )
+        return flag_instructions(text, own)
+
+    desk.detector = racing_detector
+    assert await process_ticket(desk, tid) == "failed"
+    with desk.db.read() as s:
+        run = s.scalar(select(Run).where(Run.ticket_id == tid, Run.kind == "refund"))
+        assert run is not None and run.status == "failed"
+        assert s.scalars(select(Approval.run_id).where(Approval.ticket_id == tid)).all() == [
+            "other"
+        ]
+    assert await desk.db.state_store().load(run.id) is None
+
+
+async def test_a_slow_models_trace_shows_while_it_thinks(db: Database) -> None:
+    from tether_desk.scripted import DeskScriptedModel
+
+    desk = Desk(db, DeskScriptedModel(delay=1.0))
+    tid = ticket_id_by_order(db, "C-2210")
+    task = asyncio.create_task(process_ticket(desk, tid))
+    seen: list[str] = []
+    while not task.done() and not seen:
+        await asyncio.sleep(0.05)
+        with db.read() as s:
+            seen = list(
+                s.scalars(
+                    select(RunEvent.kind)
+                    .join(Run, Run.id == RunEvent.run_id)
+                    .where(Run.ticket_id == tid, Run.status == "running")
+                )
+            )
+    assert seen == ["model_request"]  # the triage's request, written while the model thinks
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from tether.clients import ChatOptions
+from tether.messages import Message
 from tether.providers.scripted import ScriptedClient
 from tether_desk.triage import classify
 
@@ -46,3 +50,18 @@ async def test_the_ticket_text_is_bounded() -> None:
     client = ScriptedClient(['{"category": "other"}'])
     await classify(client, "s" * 1000, "x" * 1_000_000)
     assert len(client.requests[0].messages[0].text) < 5_000
+
+
+async def test_offline_the_desk_triages_the_seeded_tickets_by_keywords() -> None:
+    from tether.demo import read_order
+    from tether.errors import ConfigError
+    from tether_desk.models_cli import desk_triage_client
+    from tether_desk.scripted import KeywordTriage
+    from tether_desk.seed import TICKETS
+
+    client = desk_triage_client("local")
+    assert isinstance(client, KeywordTriage) and desk_triage_client("scripted") is None
+    got = {number: (await classify(client, s, b)).category for number, s, b in TICKETS}
+    assert got == {"C-1042": "refund", "C-1187": "tracking", "C-2210": "refund", "C-3107": "other"}
+    with pytest.raises(ConfigError, match="no tools"):
+        await client.complete([Message.user("x")], [read_order.spec], ChatOptions())

@@ -294,3 +294,18 @@ def test_reply_schema_for_none_is_the_answer_only() -> None:
     validator = jsonschema.Draft202012Validator(reply_schema([read_order.spec], tool_choice="none"))
     assert validator.is_valid({"answer": "x"})
     assert not validator.is_valid(json.loads(CALL))
+
+
+async def test_max_calls_caps_the_calls_of_one_reply_in_the_schema() -> None:
+    two = {"tool_calls": [json.loads(CALL)["tool_calls"][0]] * 2}
+    one = {"tool_calls": two["tool_calls"][:1]}
+    capped = jsonschema.Draft202012Validator(reply_schema([read_order.spec], max_calls=1))
+    assert capped.is_valid(one) and not capped.is_valid(two)
+    assert jsonschema.Draft202012Validator(reply_schema([read_order.spec])).is_valid(two)
+    client, inner = wrap(CALL)
+    client = ConstrainedToolCalling(inner, max_calls=1)
+    await client.complete([Message.user("C-1042?")], [read_order.spec], ChatOptions())
+    sent = inner.requests[0].options.extra[JSON_SCHEMA]
+    assert not jsonschema.Draft202012Validator(sent).is_valid(two)
+    with pytest.raises(ValueError, match="at least 1"):
+        ConstrainedToolCalling(inner, max_calls=0)

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import Any
 
-from tether.guards.instructions import INSTRUCTION_REASONS, flag_instructions
+from tether.guards.instructions import INSTRUCTION_KINDS, INSTRUCTION_REASONS, flag_instructions
 from tether.guards.normalize import (
     decodings,
     disguised,
@@ -259,7 +259,10 @@ class ProvenancePolicy:
         return {
             "effect": tool.effect,
             "arguments": arguments,
-            "flags": [{"source": s, "quote": q, "reason": r} for s, q, r in chosen[:20]],
+            "flags": [
+                {"source": f[0], "quote": f[1], "reason": f[2], **({"kind": f[3]} if f[3:] else {})}
+                for f in chosen[:20]
+            ],
         }
 
 
@@ -377,8 +380,12 @@ def _under(path: str, paths: tuple[str, ...]) -> bool:
 
 
 def _instructed(store: ProvenanceStore) -> bool:
-    """Whether third-party text read in this run holds instruction-like phrases."""
-    return any(reason in INSTRUCTION_REASONS for _, _, reason in store.data.get("flags", ()))
+    """Whether third-party text read in this run holds instruction-like phrases (by kind;
+    entries saved before flags had kinds fall back to the reason)."""
+    return any(
+        entry[3] in INSTRUCTION_KINDS if len(entry) > 3 else entry[2] in INSTRUCTION_REASONS
+        for entry in store.data.get("flags", ())
+    )
 
 
 def _flag(store: ProvenanceStore, text: str, source: str) -> None:
@@ -386,6 +393,6 @@ def _flag(store: ProvenanceStore, text: str, source: str) -> None:
     for f in flag_instructions(text):
         if len(flags) >= _MAX_FLAGS:
             return
-        entry = [source, f.quote[:200], f.reason]
+        entry = [source, f.quote[:200], f.reason, f.kind]
         if entry not in flags:
             flags.append(entry)

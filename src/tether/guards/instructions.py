@@ -6,6 +6,10 @@ internal or system note, requests to ignore instructions, imperative requests ad
 staff or an assistant, other order numbers than the ones expected, e-mail addresses, links,
 account numbers, and values hidden by spelling or encoding. It is a screen for the
 approver, not a barrier: it never decides a call.
+
+Each flag carries a stable, machine-readable :attr:`Flag.kind` (one of :data:`FlagKind`) for
+code, and a ``reason`` sentence for people. Code decides on the kind only: the reasons'
+wording may change.
 """
 
 from __future__ import annotations
@@ -14,26 +18,76 @@ import re
 import unicodedata
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
 from tether.guards.normalize import compact, decodings, fold, values
 
-__all__ = ["INSTRUCTION_REASONS", "Flag", "flag_instructions"]
+__all__ = [
+    "INSTRUCTION_KINDS",
+    "INSTRUCTION_REASONS",
+    "REASONS",
+    "Flag",
+    "FlagKind",
+    "flag_instructions",
+]
+
+FlagKind: TypeAlias = Literal[
+    "claimed_approval",
+    "fake_note",
+    "override",
+    "addresses_agent",
+    "imperative",
+    "invisible",
+    "identifier",
+    "email",
+    "url",
+    "iban",
+    "number",
+    "handle",
+    "hidden_value",
+]
+"""What a flag found, for code (stable): a claimed prior approval, text posing as an internal
+or system note, a request to ignore instructions, words addressed to the assistant or staff,
+a sentence in the imperative ("refund me", "send ..."), invisible characters, an order or
+record number other than the expected ones, an e-mail address, a link, a bank account
+number, a long number, a user handle, a value hidden by an encoding."""
+
+REASONS: dict[str, str] = {
+    "claimed_approval": "claims an approval was already given",
+    "fake_note": "poses as an internal or system note",
+    "override": "asks to ignore instructions",
+    "addresses_agent": "addresses the assistant or staff",
+    "imperative": "gives an order",
+    "invisible": "contains invisible characters",
+    "identifier": "names an order or record",
+    "other_identifier": "names another order or record",
+    "email": "contains an e-mail address",
+    "url": "contains a link",
+    "iban": "contains a bank account number",
+    "number": "contains a long number (account, phone)",
+    "handle": "mentions a user handle",
+    "hidden_value": "hides a value ({how})",
+}
+"""The sentence a person reads for each kind (``other_identifier``: an identifier when
+others are expected). Wording only: no code should compare these."""
 
 
 @dataclass(frozen=True, slots=True)
 class Flag:
-    """One suspicious span: ``text[start:end]`` is ``quote``."""
+    """One suspicious span: ``text[start:end]`` is ``quote``; ``kind`` says what it is, for
+    code (see :data:`FlagKind`), ``reason`` says it in words, for people."""
 
     start: int
     end: int
     quote: str
     reason: str
+    kind: FlagKind
 
 
 _I = re.IGNORECASE | re.MULTILINE
-_PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
+_PHRASES: tuple[tuple[FlagKind, re.Pattern[str]], ...] = (
     (
-        "claims an approval was already given",
+        "claimed_approval",
         re.compile(
             r"\b(?:already\s+(?:been\s+)?(?:validated|approved|authori[sz]ed|confirmed|cleared)"
             r"|pre-?approved|approval\s+(?:was\s+|has\s+been\s+)?(?:already\s+)?"
@@ -44,7 +98,7 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
-        "poses as an internal or system note",
+        "fake_note",
         re.compile(
             r"\b(?:internal\s+note|note\s+interne|note\s+to\s+(?:staff|support|agents?|ai|the\s+assistant)"
             r"|message\s+from\s+(?:it|the\s+(?:admin|it\s+team|security\s+team|management))"
@@ -54,7 +108,7 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
-        "asks to ignore instructions",
+        "override",
         re.compile(
             r"\b(?:ignore|disregard|forget|override|oublie[rz]?|ignore[rz])\b"
             r"(?:\s+\w+){0,3}?\s+(?:instructions?|rules|guidelines|prompt|consignes?|r[èe]gles)\b"
@@ -63,7 +117,7 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
-        "addresses the assistant or staff",
+        "addresses_agent",
         re.compile(
             r"\b(?:ai\s+assistants?|assistant|agent|chatbot|llm|language\s+model|dear\s+support"
             r"|support\s+team|staff)\b[,:]?\s*(?:you\s+)?(?:must|should|need\s+to|please|have\s+to"
@@ -73,7 +127,7 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
-        "gives an order",
+        "imperative",
         re.compile(
             r"(?:^|[.!?:]\s+|\n)\s*(?:please\s+|urgent(?:ly)?[:,]?\s+|now\s+)?"
             r"(?:send|forward|transfer|wire|pay|refund|delete|remove|cancel|book|post|share"
@@ -88,15 +142,12 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
-INSTRUCTION_REASONS: frozenset[str] = frozenset(reason for reason, _ in _PHRASES)
-"""The reasons that mark a phrase (not a value) as instruction-like."""
-_VALUE_REASONS = {
-    "email": "contains an e-mail address",
-    "url": "contains a link",
-    "iban": "contains a bank account number",
-    "number": "contains a long number (account, phone)",
-    "handle": "mentions a user handle",
-}
+INSTRUCTION_KINDS: frozenset[FlagKind] = frozenset(kind for kind, _ in _PHRASES)
+"""The kinds that mark a phrase (not a value) as instruction-like."""
+INSTRUCTION_REASONS: frozenset[str] = frozenset(REASONS[kind] for kind in INSTRUCTION_KINDS)
+"""The reasons of :data:`INSTRUCTION_KINDS` as worded when imported (for people; code
+compares kinds)."""
+_VALUE_KINDS: dict[str, FlagKind] = {k: k for k in ("email", "url", "iban", "number", "handle")}
 
 
 def _folded_with_index(text: str) -> tuple[str, list[int]]:
@@ -121,33 +172,35 @@ def flag_instructions(text: str, *, expected: Collection[str] = ()) -> list[Flag
     folded, index = _folded_with_index(text)
     flags: list[Flag] = []
 
-    def add(start: int, end: int, reason: str) -> None:
+    def add(start: int, end: int, kind: FlagKind, reason: str = "") -> None:
         if start >= end or not index:
             return
         a, b = index[start], index[min(end, len(index)) - 1] + 1
-        flags.append(Flag(a, b, text[a:b].strip(), reason))
+        flags.append(Flag(a, b, text[a:b].strip(), reason or REASONS[kind], kind))
 
-    for reason, pattern in _PHRASES:
+    for kind, pattern in _PHRASES:
         for m in pattern.finditer(folded):
             s = m.start() + (len(m.group()) - len(m.group().lstrip(" .!?:\n")))
-            add(s, m.end(), reason)
+            add(s, m.end(), kind)
     if any(unicodedata.category(c) == "Cf" for c in text):
-        flags.append(Flag(0, 0, "", "contains invisible characters"))
+        flags.append(Flag(0, 0, "", REASONS["invisible"], "invisible"))
     allowed = {compact(e) for e in expected}
     for v in values(text):
         if v.kind == "id" and compact(v.text) not in allowed:
-            reason = "names another order or record" if allowed else "names an order or record"
-            _add_value(folded, v.text, reason, add)
-        elif v.kind in _VALUE_REASONS:
-            _add_value(folded, v.text, _VALUE_REASONS[v.kind], add)
+            reason = REASONS["other_identifier" if allowed else "identifier"]
+            _add_value(folded, v.text, "identifier", reason, add)
+        elif v.kind in _VALUE_KINDS:
+            value_kind = _VALUE_KINDS[v.kind]
+            _add_value(folded, v.text, value_kind, REASONS[value_kind], add)
     for how, plain in decodings(text):
         if how in ("reversed", "rot13"):
             continue
         hidden = [v for v in values(plain) if v.kind in ("email", "url", "iban")]
         hidden = [v for v in hidden if v.key not in {w.key for w in values(text)}]
         if hidden:
-            flags.append(Flag(0, 0, hidden[0].text, f"hides a value ({how})"))
-    flags.sort(key=lambda f: (f.start, f.end, f.reason))
+            reason = REASONS["hidden_value"].format(how=how)
+            flags.append(Flag(0, 0, hidden[0].text, reason, "hidden_value"))
+    flags.sort(key=lambda f: (f.start, f.end, f.kind))
     unique: list[Flag] = []
     for f in flags:
         if f not in unique:
@@ -155,7 +208,13 @@ def flag_instructions(text: str, *, expected: Collection[str] = ()) -> list[Flag
     return unique
 
 
-def _add_value(folded: str, value: str, reason: str, add: Callable[[int, int, str], None]) -> None:
+def _add_value(
+    folded: str,
+    value: str,
+    kind: FlagKind,
+    reason: str,
+    add: Callable[[int, int, FlagKind, str], None],
+) -> None:
     at = folded.find(value)
     if at >= 0:
-        add(at, at + len(value), reason)
+        add(at, at + len(value), kind, reason)

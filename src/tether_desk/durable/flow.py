@@ -11,15 +11,19 @@ from the first step that was not logged.
 A refund that needs a person does not hold a place in the queue while it waits (a
 night, maybe): the ticket's workflow starts ``tether_desk.approval`` for the waiting call,
 under an id derived from the run and the call (:func:`wait_id`), and ends. That workflow
-publishes the run's state, stores the approval row (so the row is visible only once its
-waiter exists), and waits in ``DBOS.recv`` for the decision, which the web console sends
-from its own process (:meth:`DurableDesk.deliver`) even while no worker runs. Then it
-resumes the agent with the decision and writes the draft (or waits again).
+publishes the run's state and stores, in one step and one transaction, what the plain
+pipeline stores (:func:`tether_desk.pipeline.store_approval`): the run's state, the
+approval row, the ticket awaiting it and the trace with the run's outcome, so the row is
+visible only once its waiter exists. It then waits in ``DBOS.recv`` for the decision, which
+the web console sends from its own process (:meth:`DurableDesk.deliver`) even while no
+worker runs, resumes the agent with the decision and writes the draft with the run's
+outcome (or waits again).
 
 The trace is written by :class:`~tether_desk.durable.recorder.ReplayableRecorder`, whose
-inserts skip rows a previous execution wrote; every update (statuses, the category, the
-draft) happens inside a step, so it runs once (or again only if the worker died before
-the step was logged, when nothing later has happened yet).
+inserts skip rows a previous execution wrote (numbered the same however the writes were
+batched); every update (statuses, the category, the draft, a run's outcome) happens inside
+a step, so it runs once (or again only if the worker died before the step was logged,
+when nothing later has happened yet, and then to the same effect).
 """
 
 from __future__ import annotations
@@ -29,39 +33,37 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 from dbos import DBOS, SetWorkflowID
 from dbos._error import DBOSException
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import bindparam, select, update
 
 from tether.durable import StepBook, await_decisions, make_durable, publish_pending
 from tether.durable.codec import decisions_from_json, decisions_to_json
 from tether.errors import ConfigError
 from tether.loop import Agent
 from tether.messages import usage_from_dict, usage_to_dict
-from tether.outcomes import PendingApproval, RunResult, RunState
+from tether.outcomes import RunResult, RunState
 from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.durable.boundaries import Boundary, BoundaryClient, BoundaryTool
 from tether_desk.durable.recorder import ReplayableRecorder
 from tether_desk.models import Approval, Run, Ticket
-from tether_desk.orders import order_view
 from tether_desk.pipeline import (
     MAX_SETTLE_ROUNDS,
     Desk,
     _answer_tracking,
     _finish_run,
     _screen_pending,
-    approval_row,
     load_scope,
-    note_approval,
     note_triage,
     record_triage,
     set_status,
     start_triage,
+    store_approval,
     ticket_status,
 )
 from tether_desk.triage import TriageResult, classify
@@ -71,6 +73,15 @@ T = TypeVar("T")
 
 TICKET_WORKFLOW = "tether_desk.ticket"
 APPROVAL_WORKFLOW = "tether_desk.approval"
+_CLAIM = (
+    update(Ticket)
+    .where(Ticket.id == bindparam("ticket_id_"), Ticket.status.in_(("new", "triaging")))
+    .values(status="triaging")
+)
+_DECIDED_BY = select(Approval.decided_by).where(
+    Approval.run_id == bindparam("run_id_"), Approval.call_id == bindparam("call_id_")
+)
+_RUNNING = update(Run).where(Run.id == bindparam("run_id_")).values(status="running")
 
 
 def workflow_id(ticket_id: int) -> str:
@@ -149,6 +160,22 @@ class Flow:
         result: T = await DBOS.run_step_async({"name": f"desk.{name}"}, body)
         return result
 
+    async def record(
+        self, name: str, recorder: ReplayableRecorder, fn: Callable[..., T], *args: Any
+    ) -> T:
+        """``fn(*args)``, which writes ``recorder``'s trace in its transaction, as the step
+        ``desk.NAME``; the recorder then carries on after what the step wrote (in this
+        execution, or in an earlier one when the step is replayed)."""
+
+        def write() -> dict[str, Any]:
+            return {"out": fn(*args), "seq": recorder.seq}
+
+        recorder.hold()
+        done = await self.effect(name, write)
+        recorder.logged(done["seq"])
+        out: T = done["out"]
+        return out
+
     # --- the ticket's workflow ----------------------------------------------------------
 
     async def ticket(self, ticket_id: int) -> str:
@@ -181,7 +208,7 @@ class Flow:
     async def _triage(self, scope: TicketScope) -> str:
         run_id = _run_id("triage")
         recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "triage")
-        start_triage(recorder).flush()
+        start_triage(recorder)
         client = self.desk.triage_client or self.desk.client
 
         async def triage() -> dict[str, Any]:
@@ -192,7 +219,7 @@ class Flow:
 
         result = _triage_from_json(await DBOS.run_step_async({"name": "desk.triage"}, triage))
         note_triage(recorder, result)
-        await self.effect("triaged", record_triage, recorder, scope, result)
+        await self.record("triaged", recorder, record_triage, recorder, scope, result)
         return result.category
 
     async def _refund(self, scope: TicketScope) -> str:
@@ -215,15 +242,15 @@ class Flow:
         )
         await publish_pending(state)
         await self.at("approval.requested")
-        stored = await self.effect(
-            "approval", _store_approval, self.desk, scope, recorder, state, p, waiting["reason"]
+        store = partial(store_approval, once=True)
+        reason = waiting["reason"]
+        approval_id = await self.record(
+            "approval", recorder, store, self.desk, scope, recorder, state, p, reason, state.usage
         )
-        if stored is None:
+        self.desk.changed(scope.ticket_id)
+        if approval_id is None:
             await self.at("approval.done")
             return "failed"
-        note_approval(recorder, Approval(**stored))
-        recorder.flush()
-        self.desk.changed(scope.ticket_id)
         decisions = await await_decisions(state)
         await publish_pending(None)
         await self.at("approval.received")
@@ -232,7 +259,7 @@ class Flow:
         recorder.note(
             "decision",
             {
-                "approval": stored["id"],
+                "approval": approval_id,
                 "approved": decision.approved,
                 "reason": decision.reason,
                 "staff": approver,
@@ -289,22 +316,18 @@ class Flow:
             with SetWorkflowID(wid):
                 await DBOS.start_workflow_async(approval_workflow, waiting)
             return "awaiting_approval"
-        await self.effect("draft", _finish_run, self.db, scope, recorder, result)
+        await self.record("draft", recorder, _finish_run, self.db, scope, recorder, result)
         return "draft_ready" if result.outcome.completed and result.output.strip() else "failed"
 
 
-# --- step bodies (blocking; each runs in a thread) ----------------------------------------
+# --- step bodies (blocking; each runs in a thread) ---------------------------------------
 
 
 def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
     """``new -> triaging`` (or already ``triaging``: this workflow claimed it before it
     died; no other process runs a durable desk's tickets); the ticket's scope."""
     with desk.db.write_connection() as c:
-        done = c.execute(
-            update(Ticket)
-            .where(Ticket.id == ticket_id, Ticket.status.in_(("new", "triaging")))
-            .values(status="triaging", updated_at=utcnow())
-        )
+        done = c.execute(_CLAIM, {"ticket_id_": ticket_id, "updated_at": utcnow()})
     if not done.rowcount:
         return None
     return asdict(load_scope(desk.db, ticket_id))
@@ -318,58 +341,11 @@ def _screen(desk: Desk, scope: TicketScope, state: RunState) -> dict[str, Any]:
     }
 
 
-def _store_approval(
-    desk: Desk,
-    scope: TicketScope,
-    recorder: ReplayableRecorder,
-    state: RunState,
-    p: PendingApproval,
-    reason: str,
-) -> dict[str, Any] | None:
-    """The approval row (once: a second execution finds it), the ticket and the run
-    marked as waiting; ``None`` if another proposal already waits for the ticket."""
-    try:
-        with desk.db.write() as s:
-            approval = s.scalar(
-                select(Approval).where(
-                    Approval.run_id == state.run_id, Approval.call_id == p.call_id
-                )
-            )
-            if approval is None:
-                approval = approval_row(desk, scope, state, p, order_view(s, scope.order_id))
-                s.add(approval)
-                s.flush()
-            s.execute(
-                update(Ticket)
-                .where(
-                    Ticket.id == scope.ticket_id,
-                    Ticket.status.in_(("triaging", "awaiting_approval")),
-                )
-                .values(status="awaiting_approval", updated_at=utcnow())
-            )
-            stored = {
-                "id": approval.id,
-                "call_id": approval.call_id,
-                "amount_cents": approval.amount_cents,
-                "typed_amount_required": approval.typed_amount_required,
-            }
-    except IntegrityError:
-        recorder.finish("failed", "a second refund proposal could not be stored", state.usage)
-        set_status(desk.db, scope.ticket_id, "failed")
-        return None
-    recorder.finish("awaiting_approval", reason, state.usage)
-    return stored
-
-
 def _decided(db: Database, run_id: str, call_id: str) -> int | None:
     """Who decided (the staff id the refund is recorded with); the run goes on."""
-    with db.write() as s:
-        staff = s.scalar(
-            select(Approval.decided_by).where(
-                Approval.run_id == run_id, Approval.call_id == call_id
-            )
-        )
-        s.execute(update(Run).where(Run.id == run_id).values(status="running"))
+    with db.write_connection() as c:
+        staff = c.scalar(_DECIDED_BY, {"run_id_": run_id, "call_id_": call_id})
+        c.execute(_RUNNING, {"run_id_": run_id})
     return int(staff) if staff is not None else None
 
 

@@ -22,12 +22,21 @@ from tether_desk.web.deps import Customer, DeskDep, WorkerDep
 router = APIRouter(prefix="/my")
 Page = Annotated[int, Query(ge=1, le=100_000)]
 TicketId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+Cursor = Annotated[int, Query(ge=1, le=2**31 - 1)]
 
 
 @router.get("/tickets", response_class=HTMLResponse)
-def my_tickets(request: Request, who: Customer, desk: DeskDep, page: Page = 1) -> Response:
+def my_tickets(
+    request: Request,
+    who: Customer,
+    desk: DeskDep,
+    page: Page = 1,
+    before: Cursor | None = None,
+    after: Cursor | None = None,
+) -> Response:
     """The customer's tickets, newest first."""
-    return render(request, "my_tickets.html", page=customer_tickets(desk.db, who.id, page))
+    rows = customer_tickets(desk.db, who.id, page, before=before, after=after)
+    return render(request, "my_tickets.html", page=rows)
 
 
 @router.get("/tickets/new", response_class=HTMLResponse)

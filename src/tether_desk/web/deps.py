@@ -1,4 +1,7 @@
-"""Request dependencies: the desk, and who may call a route."""
+"""Request dependencies: the desk, and who may call a route.
+
+They are ``async`` (they only read the request and the app's state): FastAPI runs a plain
+``def`` dependency in a worker thread, a hop that costs more than the work."""
 
 from __future__ import annotations
 
@@ -11,19 +14,19 @@ from tether_desk.pipeline import Desk
 from tether_desk.web.worker import TicketWorker
 
 
-def get_desk(request: Request) -> Desk:
+async def get_desk(request: Request) -> Desk:
     """The desk behind this app."""
     desk: Desk = request.app.state.desk
     return desk
 
 
-def get_worker(request: Request) -> TicketWorker:
+async def get_worker(request: Request) -> TicketWorker:
     """The app's ticket worker."""
     worker: TicketWorker = request.app.state.worker
     return worker
 
 
-def current(request: Request) -> Principal:
+async def current(request: Request) -> Principal:
     """The logged-in account; pages redirect to the login form, the API answers 401."""
     from tether_desk.web.app import principal
 
@@ -35,14 +38,14 @@ def current(request: Request) -> Principal:
     return who
 
 
-def customer_only(who: Annotated[Principal, Depends(current)]) -> Principal:
+async def customer_only(who: Annotated[Principal, Depends(current)]) -> Principal:
     """Customers only."""
     if who.role != "customer":
         raise HTTPException(403, "This page is for customers.")
     return who
 
 
-def staff_only(who: Annotated[Principal, Depends(current)]) -> Principal:
+async def staff_only(who: Annotated[Principal, Depends(current)]) -> Principal:
     """Staff only."""
     if who.role != "staff":
         raise HTTPException(403, "Only support staff can do this.")

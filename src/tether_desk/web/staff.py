@@ -23,6 +23,7 @@ from tether_desk.web.deps import DeskDep, Staff, WorkerDep
 router = APIRouter(prefix="/staff")
 Page = Annotated[int, Query(ge=1, le=100_000)]
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
+TicketId = Annotated[int, Query(ge=1, le=2**31 - 1)]
 STATUSES = (
     "new",
     "triaging",
@@ -42,12 +43,16 @@ async def staff_inbox(
     desk: DeskDep,
     page: Page = 1,
     status: Annotated[str | None, Query(max_length=32)] = None,
+    before: TicketId | None = None,
+    after: TicketId | None = None,
 ) -> Response:
-    """Every ticket with its triage result and status, newest first."""
+    """Every ticket with its triage result and status, newest first (``before``/``after``:
+    the page next to a ticket id, as the pager's links ask)."""
     chosen = status if status in STATUSES else None
-    rows = inbox(desk.db, page, chosen)
+    rows = inbox(desk.db, page, chosen, before=before, after=after)
     template = "inbox_rows.html" if request.headers.get("hx-request") else "inbox.html"
-    return render(request, template, page=rows, status=chosen, statuses=STATUSES)
+    cursor = f"&before={before}" if before else f"&after={after}" if after else ""
+    return render(request, template, page=rows, status=chosen, statuses=STATUSES, cursor=cursor)
 
 
 @router.get("/tickets/{ticket_id}", response_class=HTMLResponse)

@@ -27,8 +27,17 @@ log = logging.getLogger("tether_desk")
 class TicketWorker:
     """Processes new tickets in the background, a few at a time."""
 
-    def __init__(self, desk: Desk, *, concurrency: int = 4, poll_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        desk: Desk,
+        *,
+        concurrency: int = 4,
+        poll_seconds: float = 5.0,
+        recover: bool = True,
+    ) -> None:
         self.desk = desk
+        self.recover = recover
+        """Resume decided runs that never continued, when the loop starts."""
         self.concurrency = concurrency
         self.poll_seconds = poll_seconds
         self._wake = asyncio.Event()
@@ -98,7 +107,8 @@ class TicketWorker:
                 await process_ticket(self.desk, ticket_id)
 
         try:
-            await recover_decided(self.desk)
+            if self.recover:
+                await recover_decided(self.desk)
         except Exception:
             log.exception("recovering decided approvals failed")
         while True:
