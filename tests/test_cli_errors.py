@@ -134,3 +134,11 @@ def test_demo_events_print_model_text_as_is() -> None:
     assert '{"q":"[bold]x[/bold] :x:"}' in text
     assert "price [/] [red]9[/red] :thumbs_up:" in text
     assert "(the model said [/] :x:)" in text
+
+
+def test_every_command_keeps_a_long_line_whole_when_piped() -> None:
+    reason = "the model asked for " + "a very long thing " * 12
+    with console.capture() as captured:
+        _print_event(RunFinished(Outcome("failed", reason)))
+    lines = captured.get().splitlines()
+    assert len(lines) == 1 and len(lines[0]) > console.width, lines

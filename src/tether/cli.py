@@ -22,13 +22,13 @@ from tether.tools import Tool, lint
 
 HELP = "Run the offline support demo and the red team, check tools, serve the embedded model."
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
-console = Console(emoji=False)
-stderr = Console(stderr=True, emoji=False, highlight=False)
+console = Console(emoji=False, soft_wrap=True)  # a long line stays one line when piped
+stderr = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``message`` as one line on stderr and exit with ``code``."""
-    stderr.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    stderr.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 
@@ -106,7 +106,7 @@ def redteam() -> None:
     report = run_redteam()
     console.print(report.render(), markup=False, highlight=False)
     suite = run_suite_sync()
-    console.print("\n" + suite.render(), markup=False, highlight=False, soft_wrap=True)
+    console.print("\n" + suite.render(), markup=False, highlight=False)
     raise typer.Exit(0 if report.ok and suite.ok else 1)
 
 
@@ -144,7 +144,7 @@ def replay_command(
         fail(str(exc))
     if cassette.meta.get("kind") != "agent":  # a workflow's code is not in its cassette
         for line in trace_lines(cassette):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            console.print(line, markup=False, highlight=False)
         return
     result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
     try:
@@ -152,7 +152,7 @@ def replay_command(
     except ReplayDivergence as exc:
         fail(str(exc), 1)
     if result.outcome.completed:
-        console.print(f"answer: {result.output}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"answer: {result.output}", markup=False, highlight=False)
     console.print(f"replayed {replayer.turn} request(s): identical to the recording")
 
 
@@ -169,11 +169,10 @@ def lint_command(
     tools = load_tools(target)
     findings = lint(tools)
     for f in findings:
-        console.print(str(f), markup=False, highlight=False, soft_wrap=True)
+        console.print(str(f), markup=False, highlight=False)
     n_errors = sum(f.severity == "error" for f in findings)
     console.print(
         f"{len(tools)} tool(s), {n_errors} error(s), {len(findings) - n_errors} hint(s)",
-        soft_wrap=True,
     )
     if n_errors:
         raise typer.Exit(1)
