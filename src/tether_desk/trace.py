@@ -183,12 +183,17 @@ class RunRecorder:
             self._new_run = None
         elif final is not None:
             connection.execute(_FINISH_RUN, {"run_id_": self.run_id, **final})
+        self._insert_buffered(connection, _INSERT_EVENTS)
+
+    def _insert_buffered(self, connection: Connection, insert_events: Executable) -> None:
+        """Insert the buffered events, numbered on from the last one written."""
+        assert self._seq is not None
         rows, self._buffer = self._buffer, []
         if rows:
             first = self._seq + 1
             self._seq += len(rows)
             connection.execute(
-                _INSERT_EVENTS,
+                insert_events,
                 [{"run_id": self.run_id, "seq": first + i, **r} for i, r in enumerate(rows)],
             )
 

@@ -28,6 +28,7 @@ from tether.durable import (
 from tether.errors import ConfigError, StateError
 from tether.messages import Message, StopReason
 from tether.providers.scripted import ScriptedClient
+from tether.replay.cassette import response_from_dict, response_to_dict
 from tether.tools import RunContext
 
 effects: list[str] = []
@@ -229,7 +230,7 @@ def test_the_log_keeps_responses_and_errors_as_plain_data() -> None:
         (Message("assistant", (ToolCall("a", "lookup", {"order": "C-1"}),), {"k": [1]}),),
         StopReason.parse("tool_use"),
     )
-    assert codec.response_from_json(codec.response_to_json(response)) == response
+    assert response_from_dict(response_to_dict(response)) == response
     with pytest.raises(ProviderError, match="slow") as raised:
         codec.model_outcome_from_json(
             codec.model_error_to_json(ProviderError("slow", kind="timeout", status=504))

@@ -16,12 +16,11 @@ from tether.errors import ContextWindowExceeded, ProviderError, StateError, Tool
 from tether.messages import (
     message_from_dict,
     message_to_dict,
-    stop_reason_from_dict,
-    stop_reason_to_dict,
     usage_from_dict,
     usage_to_dict,
 )
 from tether.outcomes import Decision, Outcome, RunResult, RunState
+from tether.replay.cassette import response_from_dict
 
 JSON = dict[str, Any]
 
@@ -47,27 +46,7 @@ def _type_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-# --- model requests -------------------------------------------------------------------
-
-
-def response_to_json(response: ChatResponse) -> JSON:
-    """A response as stored in the log (``raw``, the SDK object, is dropped)."""
-    return {
-        "messages": [message_to_dict(m) for m in response.messages],
-        "stop_reason": stop_reason_to_dict(response.stop_reason),
-        "usage": usage_to_dict(response.usage),
-        "model": response.model,
-    }
-
-
-def response_from_json(data: Mapping[str, Any]) -> ChatResponse:
-    """Inverse of :func:`response_to_json`."""
-    return ChatResponse(
-        tuple(message_from_dict(m) for m in data["messages"]),
-        stop_reason_from_dict(data["stop_reason"]),
-        usage_from_dict(data.get("usage", {})),
-        data.get("model"),
-    )
+# --- model requests: a response is stored as a cassette stores it -------------------------
 
 
 def model_error_to_json(exc: Exception) -> JSON:
@@ -82,7 +61,7 @@ def model_error_to_json(exc: Exception) -> JSON:
 def model_outcome_from_json(data: Mapping[str, Any]) -> ChatResponse:
     """The response a logged model step gave, or the exception it raised, raised again."""
     if "response" in data:
-        return response_from_json(data["response"])
+        return response_from_dict(data["response"])
     if "context_exceeded" in data:
         raise ContextWindowExceeded(str(data["context_exceeded"]))
     if "provider_error" in data:

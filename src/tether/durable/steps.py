@@ -21,24 +21,23 @@ the one today's data would give. Its approval context is computed in the same st
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from dbos import DBOS, StepReservation
 
 from tether.clients import (
+    BaseChatClient,
     ChatClient,
     ChatOptions,
     ChatResponse,
-    ResponseDone,
-    StreamChunk,
-    TextDelta,
 )
 from tether.durable import codec
 from tether.durable.transaction import RESERVED_STEP, TransactionalTool
 from tether.errors import InvalidHistoryError
 from tether.messages import Message, ToolCall
+from tether.replay.cassette import response_to_dict
 from tether.rulings import Ruling
 from tether.tools import DelegatingTool, RunContext, Tool, ToolSpec
 
@@ -65,8 +64,9 @@ class StepBook:
         return self._reserved.pop(call_id, None)
 
 
-class DurableChatClient:
-    """Runs each model request as a step; reserves the steps of the calls it returns."""
+class DurableChatClient(BaseChatClient):
+    """Runs each model request as a step; reserves the steps of the calls it returns.
+    A stream is one step too: its text arrives in one piece."""
 
     def __init__(self, inner: ChatClient, book: StepBook) -> None:
         self.inner = inner
@@ -82,23 +82,13 @@ class DurableChatClient:
                 raise
             except Exception as exc:
                 return codec.model_error_to_json(exc)
-            return {"response": codec.response_to_json(response)}
+            return {"response": response_to_dict(response)}
 
         logged = await DBOS.run_step_async({"name": MODEL_STEP}, request)
         response = codec.model_outcome_from_json(logged)
         response = _unique_call_ids(response, messages)
         self.book.reserve(response.message.tool_calls)
         return response
-
-    async def stream(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
-    ) -> AsyncIterator[StreamChunk]:
-        """One step per request, as ``complete``: the text arrives in one piece."""
-        response = await self.complete(messages, tools, options)
-        text = response.message.text
-        if text:
-            yield TextDelta(text)
-        yield ResponseDone(response)
 
 
 class DurableTool(DelegatingTool):

@@ -98,11 +98,4 @@ class ReplayableRecorder(RunRecorder):
             self._new_run = None
         elif final is not None:
             connection.execute(_FINISH_RUN, {"run_id_": self.run_id, **final})
-        rows, self._buffer = self._buffer, []
-        if rows:
-            first = self._seq + 1
-            self._seq += len(rows)
-            connection.execute(
-                insert_events,
-                [{"run_id": self.run_id, "seq": first + i, **r} for i, r in enumerate(rows)],
-            )
+        self._insert_buffered(connection, insert_events)
