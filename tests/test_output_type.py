@@ -112,6 +112,27 @@ async def test_resume_after_approval_still_validates() -> None:
     assert isinstance(result.output, RefundProposal)
 
 
+async def test_an_approval_round_does_not_give_another_reask() -> None:
+    from tether.outcomes import RunState
+    from tether.tools import tool
+
+    @tool(requires_approval=True, thread=False)
+    def refund(order: str) -> str:
+        """Refund an order. Use it once approved. It moves money."""
+        return f"refunded {order}"
+
+    # invalid, re-asked; then a call that waits for a person; then invalid again
+    replies = ["not json", call_reply(("refund", {"order": "C-1"})), "still not json"]
+    run = Agent(ScriptedClient(replies), [refund], output_type=RefundProposal)
+    first = await run.run("rembourse")
+    assert first.outcome.kind == "awaiting_approval"
+    state = RunState.from_json(first.state.to_json())  # type: ignore[union-attr]
+    result = await run.resume(state, [first.pending[0].approve()])
+    assert (result.outcome.kind, result.outcome.error) == ("failed", "invalid_output")
+    assert "after 1 re-ask(s)" in result.outcome.reason
+    assert sum(m.role == "user" for m in result.transcript) == 2  # the prompt, one re-ask
+
+
 # Random replies: valid and invalid objects, prose, tool calls, truncation, refusal.
 _objects = st.fixed_dictionaries(
     {

@@ -20,6 +20,10 @@ from tether.structured import InvalidOutput, OutputType, reask_text
 INVALID_OUTPUT = "invalid_output"
 """``Outcome.error`` of a run whose final answer stayed invalid."""
 
+REASKS_KEY = "tether.answer_reasks"
+"""Key of the run's memo counting the re-asks made so far: the memo is saved in the run's
+state, so an approval round in between does not give the model another re-ask."""
+
 
 @dataclass(frozen=True, slots=True)
 class Valid:

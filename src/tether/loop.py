@@ -23,7 +23,7 @@ from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
-from tether.answers import FinalAnswers, Invalid, Reask, Valid
+from tether.answers import REASKS_KEY, FinalAnswers, Invalid, Reask, Valid
 from tether.clients import ChatClient, ChatOptions, ChatResponse, ResponseDone, TextDelta
 from tether.errors import ContextWindowExceeded, InvalidHistoryError, ProviderError, StateError
 from tether.events import (
@@ -74,8 +74,6 @@ class _Run:
     stop_requested: bool = False
     invoker: Invoker | None = None
     make_ctx: Callable[[ToolCall | None], RunContext[Any]] | None = None
-    answer_reasks: int = 0
-    """Re-asks of an invalid final answer so far (``output_type``)."""
 
 
 class Agent(Generic[DepsT, OutputT]):
@@ -366,13 +364,14 @@ class Agent(Generic[DepsT, OutputT]):
     def _typed_answer(self, run: _Run, message: Message) -> RunResult | None:
         """Validate the final answer into the output type; re-ask, or end the run."""
         assert self.answers is not None
-        verdict = self.answers.read(message, run.answer_reasks)
+        reasked = int(run.memo.get(REASKS_KEY, 0))  # kept in the state across approvals
+        verdict = self.answers.read(message, reasked)
         if isinstance(verdict, Valid):
             return self._finish(run, Outcome("completed", "final answer"), value=verdict.value)
         if isinstance(verdict, Invalid):
             return self._finish(run, verdict.outcome)
         assert isinstance(verdict, Reask)
-        run.answer_reasks += 1
+        run.memo[REASKS_KEY] = reasked + 1
         self._append(run, verdict.message)
         return None
 
