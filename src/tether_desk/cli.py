@@ -129,7 +129,10 @@ def serve_command(
         pass
     finally:
         database.dispose()  # type: ignore[attr-defined]
-    typer.echo("stopped.")
+    if plain or not process:
+        typer.echo("stopped.")
+    else:
+        typer.echo("stopped. Tickets in progress stay pending and resume at the next start.")
 
 
 def _durable(desk: Desk, worker_id: str, process: bool, **settings: Any) -> DurableDesk:
@@ -200,7 +203,10 @@ def worker_command(
         asyncio.run(_work(runs, recover or []))
     finally:
         database.dispose()  # type: ignore[attr-defined]
-    typer.echo("stopped.")
+    typer.echo(
+        f"stopped. Its runs in progress resume when it restarts with --id {worker_id}, "
+        f"or on a worker started with --recover {worker_id}."
+    )
 
 
 async def _work(runs: DurableDesk, recover: list[str]) -> None:

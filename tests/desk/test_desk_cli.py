@@ -25,6 +25,7 @@ def test_serve_creates_seeds_then_reuses_the_database_and_stops_on_ctrl_c(tmp_pa
         assert r.status == 200 and "Log in" in r.read().decode()
     assert first.process.returncode == 0, first.output
     assert "created and seeded" in first.output and "stopped." in first.output
+    assert "resume at the next start" in first.output  # durable by default
     assert "camille@desk.example" in first.output and "127.0.0.1" in first.output
     with serve(db) as second, urllib.request.urlopen(f"{second.url}/login", timeout=10) as r:
         assert r.status == 200
@@ -104,6 +105,7 @@ def test_serve_with_worker_processes_runs_durable_tickets_in_one_executor(
     assert served.process.returncode == 0, served.output
     assert "workers:  2 processes" in served.output and "stopped." in served.output
     assert "durable" in served.output and "run by worker 'exec-1'" in served.output
+    assert "Traceback" not in served.output and "cancelled" not in served.output
     assert "awaiting_approval" in statuses(db).values()
     triaged = triage_runs(db)
     assert [t for t, _ in triaged] == sorted(statuses(db))  # each ticket triaged once

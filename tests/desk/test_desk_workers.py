@@ -59,7 +59,7 @@ class Worker:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             assert self.process.wait(timeout=60) == 0, self.output()
-            assert "stopped." in self.output()
+            assert "stopped." in self.output() and "--recover" in self.output()
 
 
 @contextmanager

@@ -9,6 +9,7 @@ stops it. :func:`recover` hands a dead worker's pending runs to the live ones.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,17 @@ def _sqlite_engine(url: str, synchronous: str) -> Any:
     return engine
 
 
+class _ShutdownCancellations(logging.Filter):
+    """Drops DBOS's warning for each run cancelled by a shutdown: such a run is not lost,
+    it stays pending and resumes at the next launch (said once, by the caller)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Asyncio task cancelled for workflow")
+
+
+_QUIET = _ShutdownCancellations()
+
+
 def launch(config: DurableConfig | None = None) -> None:
     """Start DBOS in this process; runs this worker left pending start recovering.
 
@@ -106,6 +118,7 @@ def launch(config: DurableConfig | None = None) -> None:
     config = config or DurableConfig()
     if is_launched():
         raise ConfigError("DBOS is already running in this process; call shutdown() first")
+    logging.getLogger("dbos").removeFilter(_QUIET)
     DBOS(config=config.dbos_config())
     DBOS.launch()
 
@@ -118,7 +131,9 @@ def is_launched() -> bool:
 
 
 def shutdown(wait_seconds: int = 0) -> None:
-    """Stop DBOS; runs still in progress stay pending and recover on the next launch."""
+    """Stop DBOS; runs still in progress stay pending and recover on the next launch
+    (DBOS's warning for each run cancelled from then on is dropped)."""
+    logging.getLogger("dbos").addFilter(_QUIET)
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
 
 
