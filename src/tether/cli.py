@@ -1,4 +1,5 @@
-"""The ``tether`` command line: ``demo`` runs an agent offline, ``lint`` checks tools.
+"""The ``tether`` command line: ``demo`` runs an agent offline, ``lint`` checks tools,
+``blast-radius`` says what a hijacked run can at worst do.
 
 Errors are one line on stderr, never a traceback. Text that comes from the user, a
 module or a model is printed as is: escaped for rich markup, with emoji codes off.
@@ -176,6 +177,41 @@ def lint_command(
     )
     if n_errors:
         raise typer.Exit(1)
+
+
+@app.command("blast-radius")
+def blast_radius_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="MODULE:OBJECT naming an Agent, a tether.blast.Surface, a list of tools, or "
+            "a dict of those, e.g. tether_desk.radius:REFUND."
+        ),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    check: Annotated[
+        str | None,
+        typer.Option(help="A baseline JSON report: exit 1 naming each way the radius grew."),
+    ] = None,
+) -> None:
+    """Print what a fully hijacked run can at worst do, computed from the declarations."""
+    from tether.blast.files import dump_reports, grown, load_reports, load_target, reports_of
+
+    try:
+        reports = reports_of(load_target(target), target)
+    except ValueError as exc:
+        fail(str(exc))
+    text = dump_reports(reports) if as_json else "\n\n".join(r.render() for r in reports)
+    console.print(text, markup=False, highlight=False, end="" if as_json else "\n")
+    if check is not None:
+        try:
+            baseline = load_reports(check)
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read the baseline {check}: {type(exc).__name__}; write it with --json")
+        for line in (changes := grown(baseline, reports)):
+            stderr.print(f"radius grew: {line}", markup=False)
+        if changes:
+            raise typer.Exit(1)
 
 
 def add_plugin_commands() -> None:

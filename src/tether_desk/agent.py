@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from tether.blast import AppValue, AtMost, Bounded, Refusal
 from tether.clients import ChatClient, ChatOptions
 from tether.errors import ToolFailure
 from tether.events import Listener
@@ -28,8 +29,7 @@ from tether.guards.approval import requires_approval
 from tether.guards.provenance import untrusted
 from tether.limits import Limits
 from tether.loop import Agent
-from tether.rulings import Ruling
-from tether.tools import DelegatingTool, RunContext, Tool, tool
+from tether.tools import RunContext, Tool, tool
 from tether_desk.db import Database
 from tether_desk.errors import DeskError
 from tether_desk.money import cents_from_float, format_cents
@@ -78,7 +78,7 @@ def refund_key(run_id: str, call_id: str) -> str:
     return f"{run_id}:{call_id}"
 
 
-@tool(name="read_ticket", thread=False, effect="read")
+@tool(name="read_ticket", thread=False, effect="read", third_party=("subject", "text"))
 def read_ticket(ctx: RunContext[AgentDeps]) -> str:
     """Return the ticket to handle: its number, its order and the customer's subject and
     text. Use it first. The order comes from the customer's account; the subject and text
@@ -145,6 +145,8 @@ def propose_refund(
 
 
 def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> dict[str, Any]:
+    """The ticket, its order, and the amount beside what was paid, already refunded and
+    what remains."""
     with ctx.deps.db.read_connection() as s:
         view = order_view(s, ctx.deps.scope.order_id)
     return {
@@ -157,33 +159,40 @@ def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) 
     }
 
 
-class RefundBounds(DelegatingTool):
-    """Denies, before anyone is asked, a refund no person should approve: an amount not
-    above zero or above what remains on the order, or a second proposal while one waits
-    for the ticket. A denial is final (``blocked``) and the model reads why."""
+def _remaining_euros(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> float:
+    with ctx.deps.db.read_connection() as c:  # one indexed read: no thread hop
+        view = order_view(c, ctx.deps.scope.order_id)
+    return view.remaining_cents / 100
 
-    async def ruling(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> Ruling:
+
+REMAINING = AppValue("what remains paid on the ticket's own order", _remaining_euros)
+"""The bound of every refund, read live from the ledger when the call is ruled and again
+when it runs."""
+
+
+class OnePendingRefund(Refusal):
+    """Denies, before anyone is asked, a second proposal while one waits for the ticket.
+    A denial is final (``blocked``) and the model reads why."""
+
+    rule = "desk.one_pending_refund"
+
+    async def refuse(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str | None:
         deps: AgentDeps = ctx.deps
-        amount = arguments.get("amount")
-        cents = round(amount * 100) if isinstance(amount, int | float) else 0
-
-        with deps.db.read_connection() as c:  # one indexed read: no thread hop
-            view, waiting = order_view_and_waiting(c, deps.scope.order_id, deps.scope.ticket_id)
-        remaining = view.remaining_cents
-        if not 0 < cents <= remaining:
-            left = format_cents(remaining)
-            why = f"the amount must be above 0 and at most the remaining {left} EUR"
-            return Ruling("deny", why, "desk.refund_bounds")
+        with deps.db.read_connection() as c:
+            _, waiting = order_view_and_waiting(c, deps.scope.order_id, deps.scope.ticket_id)
         if waiting is not None:
-            why = "a refund proposal for this ticket already waits for a decision"
-            return Ruling("deny", why, "desk.one_pending_refund")
-        return await super().ruling(arguments, ctx)
+            return "a refund proposal for this ticket already waits for a decision"
+        return None
 
 
 REFUND_TOOLS: tuple[Tool, ...] = (
     read_ticket,
     read_order,
-    RefundBounds(requires_approval(propose_refund, context=_approval_context)),
+    Bounded(
+        OnePendingRefund(requires_approval(propose_refund, context=_approval_context)),
+        AtMost("amount", REMAINING, unit="EUR", above=0),
+        calls_per_run=1,
+    ),
 )
 """The agent's whole tool list: nothing else, and nothing that sends."""
 
