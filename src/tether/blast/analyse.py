@@ -50,7 +50,12 @@ _RULINGS = {
     TaintPolicy.ruling,
     InlineApproval.ruling,
 }
-_NEEDS = {Tool.needs_approval, DelegatingTool.needs_approval, InlineApproval.needs_approval}
+_NEEDS = {
+    Tool.needs_approval,
+    DelegatingTool.needs_approval,
+    InlineApproval.needs_approval,
+    TaintPolicy.needs_approval,  # only adds approvals
+}
 _NAMED = ("user", "application", "registry")
 
 
@@ -228,12 +233,12 @@ def _tool(
     calls = next((w.calls_per_run for w in wrappers if isinstance(w, Bounded)), None)
     money_call = money_run = None
     if tool.effect == "money":
-        money_call = per_run or "not declared (no bound)"
+        money_call = per_run or "any amount (no declared bound)"
         money_run = per_run if per_run and calls == 1 else None
         if per_run and calls and calls > 1:
             money_run = f"{calls} x ({per_run})"
         if money_run is None:
-            money_run = "not bounded (no calls-per-run bound)"
+            money_run = "any amount (no declared per-run bound)"
     if prov is not None and prov.max_prompts is not None and tier == "approval":
         refused.append(f"past {prov.max_prompts} approval prompts in a run")
     return (

@@ -242,8 +242,11 @@ def _details(t: ToolReach, effect_tier: str) -> str:
     parts += [b.text for b in t.bounds]
     if t.calls_per_run is not None:
         parts.append(f"at most {t.calls_per_run} call{'s' if t.calls_per_run > 1 else ''} a run")
-    if t.money_per_run and (t.bounds or t.money_per_call):
+    if t.bounds and t.calls_per_run is not None and t.money_per_run:
         parts.append(f"so at most {t.money_per_run} a run")
+    elif t.money_per_run:
+        parts.append(f"money a run: {t.money_per_run}")
+    parts += [f"checked by {c}" for c in t.checks]
     parts += [f"needs {n}" for n in t.needs]
     extra = t.refused or (t.approval is not None and t.tier == "approval")
     if not parts and extra:
