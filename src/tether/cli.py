@@ -100,15 +100,19 @@ def _demo_client(spec: str | None) -> ChatClient:
 @app.command()
 def redteam() -> None:
     """Run the red team: the built-in scenarios, then the suite of injected tasks with the
-    default policy beside the old taint layer; exits non-zero when a target is missed."""
+    default policy beside the old taint layer, then hold every run to its blast radius;
+    exits non-zero when a target is missed or a run did what its report said it could not."""
     from tether.redteam import run_redteam
+    from tether.redteam.radius import check_radius
     from tether.redteam.suite import run_suite_sync
 
     report = run_redteam()
     console.print(report.render(), markup=False, highlight=False)
     suite = run_suite_sync()
     console.print("\n" + suite.render(), markup=False, highlight=False)
-    raise typer.Exit(0 if report.ok and suite.ok else 1)
+    radius = asyncio.run(check_radius())
+    console.print("\n" + radius.render(), markup=False, highlight=False)
+    raise typer.Exit(0 if report.ok and suite.ok and radius.ok else 1)
 
 
 @app.command("serve-local")

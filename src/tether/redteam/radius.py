@@ -34,6 +34,7 @@ __all__ = [
     "CrossCheck",
     "Executed",
     "Values",
+    "check_radius",
     "check_scenarios",
     "check_suite",
     "executed_calls",
@@ -316,3 +317,11 @@ async def _suite_run(
         secrets=_secrets(result, agent.tools),
     )
     return executed, report, judge(report, executed, values, f"{case.name} ({mode})")
+
+
+async def check_radius() -> CrossCheck:
+    """:func:`check_scenarios` and :func:`check_suite` together."""
+    a, b = await check_scenarios(), await check_suite()
+    return CrossCheck(
+        a.runs + b.runs, a.calls + b.calls, a.unjudged + b.unjudged, a.breaches + b.breaches
+    )
