@@ -163,3 +163,11 @@ async def test_with_approvals_granted_it_stays_inside_the_desk_radius(desk: Desk
     # the same judge catches a refund past what remained
     over = [Executed("propose_refund", {"amount": remaining + 1}, True)]
     assert judge(report, over, values)
+
+
+def test_the_guide_prints_the_report_as_it_is() -> None:
+    guide = Path(__file__).parents[2] / "docs" / "guardrails.md"
+    text = guide.read_text(encoding="utf-8")
+    after = text.split("tether blast-radius tether_desk.radius:REFUND\n```", 1)[1]
+    shown = after.split("```text\n", 1)[1].split("```", 1)[0]
+    assert shown.rstrip("\n") == blast_radius(REFUND).render()

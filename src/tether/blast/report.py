@@ -163,7 +163,7 @@ class BlastRadius(_Model):
 
     def render(self) -> str:
         """Short text for a terminal: effects ranked by harm, then where things can go."""
-        lines = [f"blast radius of {self.name}: {self.assumption}", "at worst:"]
+        lines = [f"blast radius of {self.name}: {self.assumption}", self.summary(), "at worst:"]
         for e in self.effects:
             lines.extend(self._effect_lines(e))
         lines.append("destinations: " + (self._destinations() or "none (no argument names one)"))
@@ -182,6 +182,35 @@ class BlastRadius(_Model):
         else:
             lines.append("cannot see: nothing (every tool declares its effect)")
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        """One line: the reachable side effects, the most harmful first, and what it
+        cannot do or cannot see."""
+        parts = []
+        for e in self.effects:
+            if e.effect == "read" or e.tier == "never":
+                continue
+            what = f"{e.effect} {_TIER_TEXT[e.tier]}"
+            if e.tier == "approval":
+                approvers = {a.approver.split(" on ")[0] for a in self._approvals(e)}
+                what = f"{e.effect} only after 1 approval by {', '.join(sorted(approvers))}"
+            caps = list(dict.fromkeys(self.tool(n).money_per_run or "" for n in e.tools))
+            caps = [c for c in caps if c]
+            if any(c.startswith("any amount") for c in caps):
+                what += " (any amount: no declared bound)"
+            elif caps:
+                what += f" (at most {'; '.join(caps)} a run)"
+            parts.append(what)
+        communicate = next((e for e in self.effects if e.effect == "communicate"), None)
+        if communicate is not None and communicate.tier == "never" and not self.destinations:
+            parts.append("it can send nothing")
+        if self.unseen:
+            parts.append(f"{len(self.unseen)} thing(s) it cannot see")
+        return "in short: " + ("; ".join(parts) or "no side effect reachable")
+
+    def _approvals(self, e: EffectReach) -> list[Approval]:
+        found = (self.tool(n).approval for n in e.tools)
+        return [a for a in found if a is not None]
 
     def _effect_lines(self, e: EffectReach) -> list[str]:
         head = f"  {e.effect:<12} {_TIER_TEXT[e.tier]:<17}"
