@@ -156,7 +156,8 @@ def test_widenings_name_each_change() -> None:
     assert widenings(base, no_approval) == [
         "tool pay: approval removed: now reachable no_human (was approval)",
         "effect money: now reachable no_human (was approval)",
-        "destination pay.iban (counterparty): a value from any now reaches no_human (was approval)",
+        "destination pay.iban (counterparty): approval removed: a value from any now "
+        "reaches no_human (was approval)",
     ]
     raised = blast_radius(
         Surface("payer", [Bounded(requires_approval(pay_tool()), AtMost("amount", 20))])
@@ -191,3 +192,22 @@ def test_json_round_trips_and_the_cli_checks_a_baseline(tmp_path: Any) -> None:
         app, ["blast-radius", "tether_desk.radius:REFUND", "--check", str(unreadable)]
     )
     assert broken.exit_code == 2 and "cannot read the baseline" in broken.output
+
+
+def test_objects_of_destructive_calls_are_reported_by_source() -> None:
+    @tool(name="delete", thread=False, effect="destructive", roles={"item": "object"})
+    def delete(item: Annotated[str, "What to delete."]) -> str:
+        """Delete an item."""
+        return "deleted"
+
+    scoped = blast_radius(Surface("s", [delete], policy=ProvenancePolicy(scoped=True)))
+    assert scoped.objects[0].tiers == {"user": "no_human", "any": "never"}
+    assert "acts on: delete.item (user no human, any never)" in scoped.render()
+    loose = blast_radius(Surface("s", [delete], policy=ProvenancePolicy()))
+    assert loose.objects[0].tiers == {"user": "no_human", "system": "no_human", "any": "approval"}
+    assert loose.tool("delete").approval is not None  # who decides the asked values
+    assert widenings(scoped, loose) == [
+        "tool delete: no longer refused: item: any other value (no approval can allow it)",
+        "object delete.item (object): a value from system now reaches no_human (was never)",
+        "object delete.item (object): a value from any now reaches approval (was never)",
+    ]

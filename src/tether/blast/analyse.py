@@ -152,7 +152,8 @@ def _report(s: Surface) -> BlastRadius:
         assumption=ASSUMPTION,
         tools=tuple(reaches),
         effects=tuple(effects),
-        destinations=tuple(destinations),
+        destinations=tuple(d for d in destinations if d.role != "object"),
+        objects=tuple(d for d in destinations if d.role == "object"),
         flows=tuple(_flows(s.tools, reaches, prov)),
         max_turns=s.limits.max_turns,
         approvals_per_run=prov.max_prompts if prov is not None else None,
@@ -216,14 +217,14 @@ def _tool(
         dests = [
             Destination(tool=tool.name, argument=a, role=r, tiers={"any": gate})
             for a, r in tool.roles.items()
-            if r == "counterparty"
+            if r == "counterparty" or (r == "object" and tool.effect in OUTWARD)
         ]
         if tool.effect == "communicate" and not dests:
             dests = [Destination(tool=tool.name, argument="*", role="fixed", tiers={"fixed": gate})]
     if unseen and any(u.why.startswith(("custom", "declares", "a sandbox")) for u in unseen):
         tier = "unknown"
     approval = None
-    if gate == "approval" or tier == "approval":
+    if gate == "approval" or "approval" in {tier, *(t for d in dests for t in d.tiers.values())}:
         approval = Approval(
             approver=s.approver,
             shows=_shows(tool, wrappers, prov),
@@ -334,8 +335,11 @@ def _provenance(
             tiers = dict.fromkeys(sources, "no_human")
             if p.scoped:
                 tiers["any"] = "never"
+            elif effect in p.object_effects:  # a system record's value passes unasked
+                tiers.update({"system": "no_human", "any": asked})
             else:
-                tiers["any"] = asked if effect in p.object_effects else "no_human"
+                tiers["any"] = "no_human"
+            dests.append(Destination(tool=tool.name, argument=arg, role=role, tiers=tiers))
         elif role == "credential" and side:
             tiers = {**dict.fromkeys(sources, "no_human"), "any": asked}
         if not tiers:
@@ -343,7 +347,11 @@ def _provenance(
         best = weakest(*tiers.values())
         arg_tiers.append(best)
         if TIER_RANK[tiers.get("any", "never")] < TIER_RANK[best]:
-            who = ", ".join(k for k, v in tiers.items() if v == best and k != "any")
+            who = ", ".join(
+                "a system record" if k == "system" else k
+                for k, v in tiers.items()
+                if v == best and k != "any"
+            )
             needs.append(f"'{arg}' from the {_or(who)}")
             other = tiers["any"]
             if other == "never":

@@ -40,14 +40,16 @@ def widenings(baseline: BlastRadius, current: BlastRadius) -> list[str]:
         if e.tier != "never" and (was_e is None or _wider(e.tier, was_e.tier)):
             before = was_e.tier if was_e is not None else "never"
             out.append(f"effect {e.effect}: now reachable {e.tier} (was {before})")
-    old_dest = {(d.tool, d.argument): d for d in baseline.destinations}
-    for d in current.destinations:
+    old_dest = {(d.tool, d.argument): d for d in (*baseline.destinations, *baseline.objects)}
+    for d in (*current.destinations, *current.objects):
         was_d = old_dest.get((d.tool, d.argument))
         for source, tier in d.tiers.items():
             prev = was_d.tiers.get(source, "never") if was_d is not None else "never"
             if tier != "never" and _wider(tier, prev):
+                kind = "object" if d.role == "object" else "destination"
+                lost = "approval removed: " if prev == "approval" else ""
                 out.append(
-                    f"destination {d.tool}.{d.argument} ({d.role}): a value from {source} "
+                    f"{kind} {d.tool}.{d.argument} ({d.role}): {lost}a value from {source} "
                     f"now reaches {tier} (was {prev})"
                 )
     old_flows = {(f.source, f.sink): f.tier for f in baseline.flows}
@@ -80,10 +82,7 @@ def _tool(t: ToolReach, was: ToolReach) -> list[str]:
         out.append(f"tool {t.name}: {what}now reachable {t.tier} (was {was.tier})")
     if t.effect != was.effect and t.effect != "read":
         out.append(f"tool {t.name}: effect changed from {was.effect} to {t.effect}")
-    if was.approval is not None and t.approval is None and t.tier != "never":
-        if not _wider(t.tier, was.tier):
-            out.append(f"tool {t.name}: approval removed")
-    elif was.approval is not None and t.approval is not None:
+    if was.approval is not None and t.approval is not None:
         if was.approval.confirm and not t.approval.confirm:
             out.append(f"tool {t.name}: the approver no longer confirms ({was.approval.confirm})")
         gone = [s for s in was.approval.shows if s not in t.approval.shows]

@@ -138,6 +138,9 @@ class BlastRadius(_Model):
     tools: tuple[ToolReach, ...]
     effects: tuple[EffectReach, ...]
     destinations: tuple[Destination, ...]
+    objects: tuple[Destination, ...] = ()
+    """What side-effect calls act on (``object`` arguments), by where the value comes from
+    (``system``: a field of a system of record)."""
     flows: tuple[Flow, ...]
     max_turns: int
     calls_per_turn: int | None = None
@@ -166,7 +169,11 @@ class BlastRadius(_Model):
         lines = [f"blast radius of {self.name}: {self.assumption}", self.summary(), "at worst:"]
         for e in self.effects:
             lines.extend(self._effect_lines(e))
-        lines.append("destinations: " + (self._destinations() or "none (no argument names one)"))
+        lines.append(
+            "destinations: " + (_places(self.destinations) or "none (no argument names one)")
+        )
+        if self.objects:
+            lines.append("acts on: " + _places(self.objects))
         lines.append("data read: " + self._flows())
         turns = f"at most {self.max_turns} turns"
         per_turn = "calls in a turn not capped"
@@ -237,13 +244,6 @@ class BlastRadius(_Model):
             lines.extend(f"{pad}   never: {r}" for r in t.refused)
         return lines
 
-    def _destinations(self) -> str:
-        out = []
-        for d in self.destinations:
-            tiers = ", ".join(f"{k} {_TIER_TEXT[v]}" for k, v in d.tiers.items())
-            out.append(f"{d.tool}.{d.argument} ({tiers})")
-        return "; ".join(out)
-
     def _flows(self) -> str:
         groups: dict[bool, list[Flow]] = {False: [], True: []}
         for f in self.flows:
@@ -264,6 +264,14 @@ def _flow_text(flows: list[Flow]) -> str:
     if never:
         text += f"; never to {', '.join(never)} (by value)"
     return text
+
+
+def _places(rows: tuple[Destination, ...]) -> str:
+    out = []
+    for d in rows:
+        tiers = ", ".join(f"{k} {_TIER_TEXT[v]}" for k, v in d.tiers.items())
+        out.append(f"{d.tool}.{d.argument} ({tiers})")
+    return "; ".join(out)
 
 
 def _details(t: ToolReach, effect_tier: str) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.blast import BlastRadius, Surface, blast_radius, chain
+from tether.blast.report import weakest
 from tether.guards.approval import ApprovalRequest, InlineApproval, run_with_approvals
 from tether.guards.callpolicy import ProvenancePolicy
 from tether.guards.normalize import strings_in
@@ -133,12 +134,14 @@ def judge(
                 cap = values.app_values.get(b.application_value)
                 if cap is not None and spent[b.application_value] > cap + 1e-9:
                     breach(f"the run's total {spent[b.application_value]:g} passes {cap:g}")
-        for d in report.destinations:
+        for d in (*report.destinations, *report.objects):
             if d.tool != c.tool or d.argument not in c.arguments:
                 continue
             for text in strings_in(c.arguments[d.argument]):
                 source = values.source(text)
                 tier = d.tiers.get(source, d.tiers.get("any", "unknown"))
+                if source == "any" and "system" in d.tiers:  # a record's value: cannot tell
+                    tier = weakest(tier, d.tiers["system"])
                 if tier == "never":
                     breach(f"{d.argument} {text!r} comes from {source}: the report says never")
                 elif tier == "approval" and not c.approved:
