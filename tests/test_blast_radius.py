@@ -211,3 +211,19 @@ def test_objects_of_destructive_calls_are_reported_by_source() -> None:
         "object delete.item (object): a value from system now reaches no_human (was never)",
         "object delete.item (object): a value from any now reaches approval (was never)",
     ]
+
+
+def test_an_agent_a_list_and_a_dict_are_targets() -> None:
+    from tether.blast import surfaces
+
+    agent: Agent[Any] = Agent(
+        ScriptedClient([]), [lookup], limits=Limits(max_turns=3), policy=ProvenancePolicy()
+    )
+    report = blast_radius(agent, "mailer")
+    assert report.name == "mailer" and report.max_turns == 3
+    assert report.policy == "ProvenancePolicy" and report.approvals_per_run == 5
+    assert [s.name for s in surfaces({"a": agent, "b": [lookup]})] == ["a", "b"]
+    with pytest.raises(ValueError, match="holds 2 agents"):
+        blast_radius({"a": agent, "b": [lookup]})
+    with pytest.raises(TypeError, match="not an agent"):
+        surfaces(42)

@@ -39,7 +39,7 @@ from tether.limits import Limits
 from tether.rulings import CallPolicy
 from tether.tools import DelegatingTool, Tool
 
-__all__ = ["ASSUMPTION", "Surface", "blast_radius", "surfaces"]
+__all__ = ["ASSUMPTION", "Surface", "blast_radius", "chain", "report_of", "surfaces"]
 
 ASSUMPTION = "a model whose every output an attacker chose"
 _RULINGS = {
@@ -115,10 +115,11 @@ def blast_radius(target: Any, name: str = "agent") -> BlastRadius:
     found = surfaces(target, name)
     if len(found) != 1:
         raise ValueError(f"{name} holds {len(found)} agents; use surfaces() and report each")
-    return _report(found[0])
+    return report_of(found[0])
 
 
-def _report(s: Surface) -> BlastRadius:
+def report_of(s: Surface) -> BlastRadius:
+    """The report of one surface."""
     policy = s.policy
     unseen: list[Unseen] = []
     prov = policy if isinstance(policy, ProvenancePolicy) else None

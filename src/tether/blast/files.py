@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tether.blast.analyse import _report, surfaces
+from tether.blast.analyse import report_of, surfaces
 from tether.blast.compare import widenings
 from tether.blast.report import BlastRadius
 
@@ -40,7 +40,7 @@ def reports_of(target: Any, name: str) -> list[BlastRadius]:
         raise ValueError(f"{name}: {exc}") from None
     if not found:
         raise ValueError(f"{name} holds no agent")
-    return [_report(s) for s in found]
+    return [report_of(s) for s in found]
 
 
 def dump_reports(reports: Sequence[BlastRadius]) -> str:
