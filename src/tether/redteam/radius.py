@@ -71,7 +71,7 @@ class Values:
     def source(self, value: str) -> str:
         """``user``, ``application``, ``registry`` or ``any``."""
         v = value.strip().lower()
-        if v and v in self.user.lower():
+        if len(v) >= 3 and v in self.user.lower():
             return "user"
         if v in {a.strip().lower() for a in self.application}:
             return "application"
