@@ -25,6 +25,7 @@ from tether_desk.errors import Conflict, InvalidInput, NotFound
 from tether_desk.models import Approval, Run
 from tether_desk.money import format_cents, parse_amount
 from tether_desk.pipeline import Desk, load_scope, set_status, settle
+from tether_desk.thread_store import decision_event
 from tether_desk.trace import RunRecorder
 
 log = logging.getLogger("tether_desk")
@@ -105,6 +106,8 @@ def claim_decision(
                     "reason_": reason,
                 },
             ).rowcount
+            if won:
+                decision_event(c, a.ticket_id, staff_id, status, a.amount_cents)
     if expired:
         raise Conflict("This approval expired; the refund was not made. Ask the agent again.")
     if not won:

@@ -92,6 +92,10 @@ class Ticket(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     replied_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    assignee_id: Mapped[int | None] = mapped_column(
+        ForeignKey("staff.id"), default=None, index=True
+    )
+    """The staff member the ticket is assigned to (``None``: unassigned)."""
     __table_args__ = (
         Index("ix_tickets_status_id", "status", "id"),
         Index("ix_tickets_customer_id_id", "customer_id", "id"),
@@ -199,6 +203,41 @@ class RunEvent(Base):
     data: Mapped[dict[str, object]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+
+MESSAGE_KINDS = (
+    "customer",  # written by the customer: third-party content
+    "staff",  # a reply sent to the customer by staff (or by the desk's own code)
+    "agent",  # a draft the agent wrote: model content, staff only
+    "note",  # an internal note: trusted staff content, never shown to the customer
+    "system",  # an event of the ticket ("refund of 30.00 EUR approved by Camille")
+)
+
+
+class Message(Base):
+    """One message of a ticket's thread, in order (``id``). ``public``: the customer sees
+    it. A ticket's first message is written by a trigger on ``tickets`` (migration 0005)."""
+
+    __tablename__ = "messages"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ticket_id: Mapped[int] = mapped_column(ForeignKey("tickets.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    author_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The customer's or staff member's id (by ``kind``); ``None`` for the agent and desk."""
+    body: Mapped[str] = mapped_column(Text)
+    public: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    __table_args__ = (Index("ix_messages_ticket_id_id", "ticket_id", "id"),)
+
+
+class SavedReply(Base):
+    """A reply staff reuse; ``{customer}``, ``{order}``, ``{paid}``, ``{refunded}``,
+    ``{remaining}`` and ``{status}`` are filled from the ticket's order."""
+
+    __tablename__ = "saved_replies"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    title: Mapped[str] = mapped_column(String(100), unique=True)
+    body: Mapped[str] = mapped_column(Text)
 
 
 class Setting(Base):

@@ -39,9 +39,11 @@ from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.detector import Detector, flag_instructions
 from tether_desk.errors import NotFound
-from tether_desk.models import Customer, Draft, Order, Ticket
+from tether_desk.helpdesk import HelpdeskSettings
+from tether_desk.models import Customer, Draft, Message, Order, Ticket
 from tether_desk.money import format_cents
 from tether_desk.orders import OrderView, order_view, order_view_and_waiting
+from tether_desk.thread import customer_text
 from tether_desk.tickets import MAX_BODY, agent_draft, set_ticket
 from tether_desk.trace import RunRecorder
 from tether_desk.triage import TriageResult, classify
@@ -101,6 +103,8 @@ class Desk:
     """Extra listeners of every agent run (the terminal demo prints with one)."""
     runs: TicketRuns | None = None
     """Durable mode: tickets and decisions go to workers (``None``: run them here)."""
+    helpdesk: HelpdeskSettings = field(default_factory=HelpdeskSettings)
+    """Conversations and inbox settings (reopen window, waiting-time target)."""
 
     def changed(self, ticket_id: int) -> None:
         """Tell listeners that ``ticket_id`` changed."""
@@ -117,9 +121,10 @@ def load_scope(db: Database, ticket_id: int) -> TicketScope:
     """The ticket's scope: its order from the account, its text."""
     with db.read_connection() as s:
         row = s.execute(_SCOPE, {"ticket_id_": ticket_id}).one_or_none()
-    if row is None:
-        raise NotFound(f"There is no ticket {ticket_id}.")
-    return TicketScope(*row)
+        if row is None:
+            raise NotFound(f"There is no ticket {ticket_id}.")
+        text = customer_text(s, ticket_id)  # the whole thread's customer messages
+    return TicketScope(*row[:-1], text or row[-1])
 
 
 def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
@@ -213,6 +218,7 @@ def _answer_tracking(db: Database, scope: TicketScope) -> None:
         if s.scalar(select(Draft.id).where(Draft.ticket_id == scope.ticket_id)) is not None:
             return
         s.add(Draft(ticket_id=scope.ticket_id, body=text, author="desk", sent_at=now))
+        s.add(Message(ticket_id=scope.ticket_id, kind="staff", body=text, created_at=now))
         s.execute(
             update(Ticket)
             .where(Ticket.id == scope.ticket_id)

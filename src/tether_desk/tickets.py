@@ -17,9 +17,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
+from tether_desk.draft_quality import problems
 from tether_desk.errors import InvalidInput, NotFound
 from tether_desk.models import Customer, Draft, Order, Ticket, TicketCount
 from tether_desk.orders import customer_order_id
+from tether_desk.thread_store import add_message
 
 MAX_SUBJECT = 200
 MAX_BODY = 8_000
@@ -29,7 +31,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _INSERT_TICKET = insert(Ticket).returning(Ticket.id)
 _SET_TICKET = update(Ticket).where(Ticket.id == bindparam("ticket_id_"))
 _TICKET_AND_DRAFT = (
-    select(Ticket.status, Ticket.replied_at, Draft.id, Draft.body)
+    select(Ticket.status, Ticket.replied_at, Draft.id, Draft.body, Draft.author)
     .outerjoin(Draft, Draft.ticket_id == Ticket.id)
     .where(Ticket.id == bindparam("ticket_id_"))
 )
@@ -101,6 +103,7 @@ def agent_draft(connection: Connection, ticket_id: int, body: str) -> None:
     now = utcnow()
     connection.execute(statement, {"ticket_id_": ticket_id, "body_": body, "now_": now})
     connection.execute(_DRAFT_READY, {"ticket_id_": ticket_id, "updated_at": now})
+    add_message(connection, ticket_id, "agent", body, public=False)
 
 
 _DRAFT_UPSERTS: dict[str, Executable] = {}
@@ -289,13 +292,16 @@ def send_reply(db: Database, ticket_id: int, staff_id: int) -> None:
         row = c.execute(_TICKET_AND_DRAFT, {"ticket_id_": ticket_id}).one_or_none()
         if row is None:
             raise NotFound(f"There is no ticket {ticket_id}.")
-        status, replied_at, draft_id, body = row
+        status, replied_at, draft_id, body, author = row
         if draft_id is None:
             raise InvalidInput("There is no draft to send; write a reply first.")
         if replied_at is not None:
             raise InvalidInput("This ticket was already answered.")
         if status == "awaiting_approval":
             raise InvalidInput("A refund waits for a decision; decide it before replying.")
+        if author == "agent" and (flagged := problems(body)):
+            raise InvalidInput(f"Edit the agent's draft before sending it: {' '.join(flagged)}")
         now = utcnow()
         c.execute(_SET_DRAFT, {"draft_id_": draft_id, "sent_at": now, "sent_by": staff_id})
+        add_message(c, ticket_id, "staff", body, author_id=staff_id)
         set_ticket(c, ticket_id, reply=body, replied_at=now, status="answered", updated_at=now)

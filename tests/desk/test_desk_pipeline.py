@@ -181,7 +181,10 @@ async def test_read_ticket_bounds_a_huge_text_and_labels_its_provenance(desk: De
 
     from tether.tools import RunContext
     from tether_desk.agent import TICKET_TEXT_CAP, AgentDeps, TicketScope, read_ticket
+    from tether_desk.thread_store import add_message
 
+    with desk.db.write_connection() as c:  # the customer's latest message is huge
+        add_message(c, 1, "customer", "x" * 1_000_000)
     scope = TicketScope(1, 1, "C-1042", "Marie", "s", "x" * 1_000_000)
     text = await read_ticket.invoke({}, RunContext(AgentDeps(desk.db, scope)))
     doc = json.loads(text)

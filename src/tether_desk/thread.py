@@ -1,0 +1,207 @@
+"""A ticket's thread: the customer's messages, staff replies, agent drafts, internal notes
+and events, in order, each shown only to whom it is for.
+
+Provenance rides with every message: a customer's message is third-party content wherever
+it appears (the agent reads it as data, the approver sees it flagged), a staff reply or note
+is trusted staff content, an agent draft is model content. The agent reads a bounded view
+(:func:`agent_view`): the latest customer message in full, the :data:`AGENT_RECENT` messages
+before it cut to :data:`AGENT_EXCERPT` characters, and a count of what it left out, so its
+request stays under a fixed size however long the thread grows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, delete, func, select
+
+from tether_desk.clock import utcnow
+from tether_desk.db import Database
+from tether_desk.errors import InvalidInput, NotFound
+from tether_desk.helpdesk import HelpdeskSettings
+from tether_desk.models import Customer, Draft, Message, Staff, Ticket
+from tether_desk.thread_store import add_message
+from tether_desk.tickets import MAX_BODY, clean_text, set_ticket
+
+AGENT_RECENT = 12
+"""Messages before the latest customer message that the agent reads (newest first)."""
+AGENT_EXCERPT = 400
+"""Characters the agent reads of each of those messages."""
+LATEST_CAP = 6_000
+"""Characters the agent reads of the latest customer message."""
+CUSTOMER_TEXT_CAP = 8_000
+"""Characters of the customer's messages given to triage and the instruction detector."""
+SOURCES = {
+    "customer": "written by the customer; unverified (third party)",
+    "staff": "a reply sent by staff (trusted)",
+    "agent": "an earlier draft written by the model (model content)",
+    "note": "an internal note by staff (trusted staff content)",
+    "system": "an event recorded by the desk",
+}
+RERUN_STATUSES = ("answered", "draft_ready", "needs_human", "failed")
+"""A customer message on a ticket in one of these states sends it through triage again."""
+
+_LATEST = (
+    select(Message.id, Message.kind, Message.body, Message.created_at)
+    .where(Message.ticket_id == bindparam("ticket_id_"))
+    .order_by(Message.id.desc())
+    .limit(AGENT_RECENT + 1)
+)
+_COUNT = select(func.count(Message.id)).where(Message.ticket_id == bindparam("ticket_id_"))
+_CUSTOMER = (
+    select(Message.id, Message.body, Message.created_at)
+    .where(Message.ticket_id == bindparam("ticket_id_"), Message.kind == "customer")
+    .order_by(Message.id.desc())
+    .limit(50)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadMessage:
+    """One message as a page shows it."""
+
+    id: int
+    kind: str
+    author: str
+    body: str
+    public: bool
+    created_at: datetime
+
+    @property
+    def source(self) -> str:
+        """Where the message comes from, in words."""
+        return SOURCES.get(self.kind, self.kind)
+
+
+def thread(db: Database, ticket_id: int, *, staff: bool) -> list[ThreadMessage]:
+    """The ticket's messages in order: all of them for staff, the public ones for the
+    customer (never a note or an agent draft)."""
+    query = select(Message).where(Message.ticket_id == ticket_id).order_by(Message.id)
+    if not staff:
+        query = query.where(Message.public.is_(True))
+    with db.read() as s:
+        rows = s.scalars(query).all()
+        ticket = s.get(Ticket, ticket_id)
+        customer = s.get(Customer, ticket.customer_id) if ticket else None
+        ids = {r.author_id for r in rows if r.kind != "customer" and r.author_id is not None}
+        names = dict(s.execute(select(Staff.id, Staff.name).where(Staff.id.in_(ids))).all())
+    out = []
+    for r in rows:
+        if r.kind == "customer":
+            author = customer.name if customer else "customer"
+        elif r.kind == "agent":
+            author = "agent"
+        else:
+            author = names.get(r.author_id, "desk") if r.author_id is not None else "desk"
+        out.append(ThreadMessage(r.id, r.kind, author, r.body, r.public, r.created_at))
+    return out
+
+
+def customer_messages(connection: Connection, ticket_id: int) -> list[tuple[int, str, datetime]]:
+    """The customer's latest messages (id, text, time), oldest first, at most
+    :data:`CUSTOMER_TEXT_CAP` characters together (the newest are kept)."""
+    rows = connection.execute(_CUSTOMER, {"ticket_id_": ticket_id}).all()
+    kept: list[tuple[int, str, datetime]] = []
+    size = 0
+    for message_id, body, created_at in rows:
+        if kept and size + len(body) > CUSTOMER_TEXT_CAP:
+            break
+        kept.append((int(message_id), str(body), created_at))
+        size += len(body)
+    return kept[::-1]
+
+
+def customer_text(connection: Connection, ticket_id: int) -> str:
+    """The customer's messages as one text (triage, the instruction detector), each after a
+    line naming it when there are several."""
+    messages = customer_messages(connection, ticket_id)
+    if len(messages) == 1:
+        return messages[0][1]
+    return "\n\n".join(f"[message #{i}, {t:%Y-%m-%d %H:%M}]\n{b}" for i, b, t in messages)
+
+
+def _cut(text: str, cap: int) -> str:
+    return text if len(text) <= cap else f"{text[:cap]} [{len(text) - cap} characters omitted]"
+
+
+def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
+    """What the agent reads of the thread: the latest customer message (cut at
+    :data:`LATEST_CAP`), the messages before it (the newest :data:`AGENT_RECENT`, each cut
+    at :data:`AGENT_EXCERPT`, each with its source), and how many were left out."""
+    params = {"ticket_id_": ticket_id}
+    recent = connection.execute(_LATEST, params).all()
+    total = int(connection.scalar(_COUNT, params) or 0)
+    latest = next((r for r in recent if r.kind == "customer"), None)
+    if latest is None:
+        found = customer_messages(connection, ticket_id)
+        latest_row = found[-1] if found else (0, "", utcnow())
+    else:
+        latest_row = (latest.id, latest.body, latest.created_at)
+    earlier = [r for r in reversed(recent) if r.id != latest_row[0]][-AGENT_RECENT:]
+    shown = len(earlier) + 1
+    return {
+        "latest": {
+            "message": latest_row[0],
+            "text": _cut(latest_row[1], LATEST_CAP),
+            "source": f"message #{latest_row[0]}, {SOURCES['customer']}",
+        },
+        "earlier": [
+            {
+                "message": r.id,
+                "from": r.kind,
+                "source": SOURCES.get(r.kind, r.kind),
+                "text": _cut(r.body, AGENT_EXCERPT),
+            }
+            for r in earlier
+        ],
+        "left_out": (
+            f"{total - shown} older message(s) left out; the newest are shown"
+            if total > shown
+            else ""
+        ),
+    }
+
+
+def customer_reply(
+    db: Database,
+    customer_id: int,
+    ticket_id: int,
+    body: str,
+    settings: HelpdeskSettings | None = None,
+) -> bool:
+    """Add the customer's message to their ticket; True if it goes through triage and the
+    agent again (an answered ticket reopens within ``settings.reopen_window``)."""
+    window = (settings or HelpdeskSettings()).reopen_window
+    body = clean_text(body, "message", MAX_BODY)
+    with db.write_connection() as c:
+        row = c.execute(
+            select(Ticket.customer_id, Ticket.status, Ticket.replied_at).where(
+                Ticket.id == ticket_id
+            )
+        ).one_or_none()
+        if row is None or row.customer_id != customer_id:
+            raise NotFound("No such ticket on your account.")
+        closed = row.status == "answered" and row.replied_at is not None
+        if closed and utcnow() - row.replied_at > window:
+            raise InvalidInput(
+                f"This ticket was answered more than {window.days} day(s) ago; open a new ticket."
+            )
+        add_message(c, ticket_id, "customer", body, author_id=customer_id)
+        if row.status not in RERUN_STATUSES:
+            return False
+        if row.status == "answered":
+            add_message(c, ticket_id, "system", "The customer reopened the ticket.")
+        c.execute(delete(Draft).where(Draft.ticket_id == ticket_id))  # sent: in the thread
+        set_ticket(c, ticket_id, status="new", reply=None, replied_at=None)
+    return True
+
+
+def add_note(db: Database, ticket_id: int, staff_id: int, body: str) -> int:
+    """An internal note on the ticket: staff only, never shown to the customer."""
+    body = clean_text(body, "note", MAX_BODY)
+    with db.write_connection() as c:
+        if c.scalar(select(Ticket.id).where(Ticket.id == ticket_id)) is None:
+            raise NotFound(f"There is no ticket {ticket_id}.")
+        return add_message(c, ticket_id, "note", body, author_id=staff_id, public=False)
