@@ -11,6 +11,7 @@ typing the amount.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,7 @@ from tether_desk.errors import NotFound
 from tether_desk.models import Approval, Customer, Order, Ticket
 from tether_desk.money import format_cents
 from tether_desk.orders import OrderView, order_view
+from tether_desk.thread import customer_messages, customer_text
 
 PAGE_SIZE = 25
 _INSERT_APPROVAL = insert(Approval).returning(Approval.id)
@@ -121,14 +123,26 @@ def _amount_in_text(cents: int, text: str) -> bool:
     return re.search(pattern, folded) is not None
 
 
-def argument_origins(arguments: dict[str, Any], body: str, view: OrderView) -> list[Origin]:
+def argument_origins(
+    arguments: dict[str, Any],
+    body: str,
+    view: OrderView,
+    messages: Sequence[tuple[int, str, datetime]] = (),
+) -> list[Origin]:
     """Per argument, where its value came from: the account, the order record, the
-    customer's text (third party) or the model alone."""
+    customer's text (third party; the newest of ``messages`` that holds it, when given) or
+    the model alone."""
     out = [Origin("order", view.number, "the customer's account (the tool has no order parameter)")]
     amount = arguments.get("amount")
     if isinstance(amount, int | float) and not isinstance(amount, bool):
         cents = round(amount * 100)
-        if _amount_in_text(cents, body):
+        cited = next((m for m in reversed(messages) if _amount_in_text(cents, m[1])), None)
+        if cited is not None:
+            origin = (
+                f"the customer's message #{cited[0]} of {cited[2]:%Y-%m-%d %H:%M} (third party)"
+            )
+            risky = True
+        elif _amount_in_text(cents, body):
             origin, risky = "the ticket's text, written by the customer (third party)", True
         elif cents in (view.paid_cents, view.remaining_cents):
             origin, risky = "the order record (amount paid or remaining)", False
@@ -163,7 +177,9 @@ def screen(db: Database, approval_id: int, detector: Detector = flag_instruction
         assert ticket is not None
         customer = s.get(Customer, ticket.customer_id)
         view = order_view(s, ticket.order_id)
-    flags = detector(ticket.body, view.number)
+        messages = customer_messages(s.connection(), ticket.id)
+        body = customer_text(s.connection(), ticket.id) or ticket.body
+    flags = detector(body, view.number)
     return Screen(
         approval_id=a.id,
         status=a.status,
@@ -176,9 +192,9 @@ def screen(db: Database, approval_id: int, detector: Detector = flag_instruction
         order=view,
         amount_cents=a.amount_cents,
         reason=str(a.arguments.get("reason", "")),
-        text=segments(ticket.body, flags),
+        text=segments(body, flags),
         flags=flags,
-        origins=argument_origins(dict(a.arguments), ticket.body, view),
+        origins=argument_origins(dict(a.arguments), body, view, messages),
         typed_amount_required=a.typed_amount_required,
         friction=friction_for(a.amount_cents, view.remaining_cents, flags),
         created_at=a.created_at,

@@ -15,7 +15,7 @@ MAX_DRAFT = 1_200
 """Characters above which a draft is too long to be a support reply."""
 MAX_REPEATS = 2
 """Times the same sentence may appear before the draft is called repetitive."""
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
 _PLACEHOLDER = re.compile(
     r"\{\{?\s*[A-Za-z_][\w ]*\}?\}|\[(?:[A-Z_][A-Z_ ]+|amount|order|name|date)\]|<[a-z_ ]+>"
     r"|\bX{2,}(?:[.,]X{2})?\b|\?\?+",
@@ -23,7 +23,7 @@ _PLACEHOLDER = re.compile(
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(text) if len(s.strip()) > 3]
+    return [s.strip() for s in _BREAK.split(text) if len(s.strip()) > 3]
 
 
 def _key(sentence: str) -> str:

@@ -220,7 +220,7 @@ class Message(Base):
 
     __tablename__ = "messages"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    ticket_id: Mapped[int] = mapped_column(ForeignKey("tickets.id"))
+    ticket_id: Mapped[int] = mapped_column(ForeignKey("tickets.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(16))
     author_id: Mapped[int | None] = mapped_column(Integer, default=None)
     """The customer's or staff member's id (by ``kind``); ``None`` for the agent and desk."""

@@ -9,7 +9,8 @@ refused it (a refusal in code, such as an amount above what remains, leaves it o
 the model can correct itself), and once every tool has answered the model can only write
 its reply: asked as ``{"answer": "..."}`` under the grammar (at most :data:`MAX_REPLY`
 characters), and handed back as plain text, since in free text the model imitates the
-JSON calls of its history instead of answering.
+JSON calls of its history instead of answering. A sentence the model repeats is kept once
+(:func:`tether_desk.draft_quality.tidy`): greedy decoding loops on the last fact it read.
 
 It narrows what the model is shown, nothing else: the agent keeps its whole tool list, and
 every rule applies to whatever is called (the tool's own validation, the desk's ruling on
@@ -34,6 +35,7 @@ from tether.clients import (
 from tether.constrained import JSON_SCHEMA
 from tether.messages import Message, Text
 from tether.tools import ToolSpec
+from tether_desk.draft_quality import tidy
 
 ANSWERED = frozenset({"ok", "denied"})
 """Result statuses after which a tool is not offered again: it returned, or a person
@@ -91,4 +93,4 @@ def _unwrapped(message: Message) -> Message:
         return message
     if not isinstance(value, dict) or not isinstance(value.get("answer"), str):
         return message
-    return Message("assistant", (Text(value["answer"]),), message.metadata)
+    return Message("assistant", (Text(tidy(value["answer"])),), message.metadata)

@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from tether_desk.errors import DeskError
 from tether_desk.orders import customer_orders, order_view
+from tether_desk.thread import thread
 from tether_desk.tickets import (
     MAX_BODY,
     MAX_SUBJECT,
@@ -83,4 +84,5 @@ def my_ticket(request: Request, who: Customer, desk: DeskDep, ticket_id: TicketI
     ticket = customer_ticket(desk.db, who.id, ticket_id)
     with desk.db.read() as s:
         order = order_view(s, ticket.order_id)
-    return render(request, "my_ticket.html", ticket=ticket, order=order)
+    messages = thread(desk.db, ticket_id, staff=False)
+    return render(request, "my_ticket.html", ticket=ticket, order=order, thread=messages)

@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import func, select
 
 from tether_desk.approvals import queue, screen, ticket_approvals
+from tether_desk.assignment import assigned_inbox, assignees, waiting
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.errors import DeskError
 from tether_desk.models import Order, Refund, Ticket
@@ -19,6 +20,7 @@ from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, inbox, save_draf
 from tether_desk.trace import run_events, ticket_runs
 from tether_desk.web.app import render
 from tether_desk.web.deps import DeskDep, Staff, WorkerDep
+from tether_desk.web.helpdesk import helpdesk_context
 
 router = APIRouter(prefix="/staff")
 Page = Annotated[int, Query(ge=1, le=100_000)]
@@ -45,14 +47,30 @@ async def staff_inbox(
     status: Annotated[str | None, Query(max_length=32)] = None,
     before: TicketId | None = None,
     after: TicketId | None = None,
+    assigned: Annotated[str | None, Query(pattern="^(me|none|[0-9]{1,9})$")] = None,
 ) -> Response:
     """Every ticket with its triage result and status, newest first (``before``/``after``:
-    the page next to a ticket id, as the pager's links ask)."""
+    the page next to a ticket id, as the pager's links ask); ``assigned``: only mine,
+    unassigned (``none``) or a colleague's (their id)."""
     chosen = status if status in STATUSES else None
-    rows = inbox(desk.db, page, chosen, before=before, after=after)
+    if assigned is not None:
+        owner = who.id if assigned == "me" else None if assigned == "none" else int(assigned)
+        rows = assigned_inbox(desk.db, owner, page)
+    else:
+        rows = inbox(desk.db, page, chosen, before=before, after=after)
     template = "inbox_rows.html" if request.headers.get("hx-request") else "inbox.html"
     cursor = f"&before={before}" if before else f"&after={after}" if after else ""
-    return render(request, template, page=rows, status=chosen, statuses=STATUSES, cursor=cursor)
+    return render(
+        request,
+        template,
+        page=rows,
+        status=chosen,
+        statuses=STATUSES,
+        cursor=cursor,
+        assigned=assigned,
+        waits=waiting(desk.db, rows.rows, desk.helpdesk.wait_target),
+        owners=assignees(desk.db, [r.id for r in rows.rows]),
+    )
 
 
 @router.get("/tickets/{ticket_id}", response_class=HTMLResponse)
@@ -76,6 +94,7 @@ def staff_ticket(request: Request, who: Staff, desk: DeskDep, ticket_id: Id) -> 
         approvals=ticket_approvals(desk.db, ticket_id),
         draft=draft_of(desk.db, ticket_id),
         max_body=MAX_BODY,
+        **helpdesk_context(desk.db, ticket_id),
     )
 
 
