@@ -96,6 +96,8 @@ class Ticket(Base):
         ForeignKey("staff.id"), default=None, index=True
     )
     """The staff member the ticket is assigned to (``None``: unassigned)."""
+    round: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """How many times a customer's message sent the ticket through the pipeline again."""
     __table_args__ = (
         Index("ix_tickets_status_id", "status", "id"),
         Index("ix_tickets_customer_id_id", "customer_id", "id"),

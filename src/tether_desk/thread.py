@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, select
+from sqlalchemy import Connection, bindparam, delete, func, select, update
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
@@ -23,7 +23,7 @@ from tether_desk.errors import InvalidInput, NotFound
 from tether_desk.helpdesk import HelpdeskSettings
 from tether_desk.models import Customer, Draft, Message, Staff, Ticket
 from tether_desk.thread_store import add_message
-from tether_desk.tickets import MAX_BODY, clean_text, set_ticket
+from tether_desk.tickets import MAX_BODY, clean_text
 
 AGENT_RECENT = 12
 """Messages before the latest customer message that the agent reads (newest first)."""
@@ -194,7 +194,12 @@ def customer_reply(
         if row.status == "answered":
             add_message(c, ticket_id, "system", "The customer reopened the ticket.")
         c.execute(delete(Draft).where(Draft.ticket_id == ticket_id))  # sent: in the thread
-        set_ticket(c, ticket_id, status="new", reply=None, replied_at=None)
+        c.execute(
+            update(Ticket)
+            .where(Ticket.id == ticket_id)
+            .values(status="new", reply=None, replied_at=None, round=Ticket.round + 1)
+            .values(updated_at=utcnow())
+        )
     return True
 
 

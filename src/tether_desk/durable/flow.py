@@ -84,9 +84,10 @@ _DECIDED_BY = select(Approval.decided_by).where(
 _RUNNING = update(Run).where(Run.id == bindparam("run_id_")).values(status="running")
 
 
-def workflow_id(ticket_id: int) -> str:
-    """The ticket's workflow id: one workflow per ticket, whoever enqueues it."""
-    return f"desk-ticket-{ticket_id}"
+def workflow_id(ticket_id: int, round_: int = 0) -> str:
+    """The ticket's workflow id: one workflow per ticket and round (a customer's reply that
+    sends the ticket through the pipeline again starts the next round), whoever enqueues it."""
+    return f"desk-ticket-{ticket_id}" if not round_ else f"desk-ticket-{ticket_id}.{round_}"
 
 
 def wait_id(run_id: str, call_id: str) -> str:

@@ -147,12 +147,12 @@ class DurableDesk:
             raise ConfigError("the durable desk is not started; call start() first")
         return self._client
 
-    async def submit(self, ticket_id: int) -> None:
-        """Queue the ticket's workflow (once: its id is the ticket's)."""
+    async def submit(self, ticket_id: int, round_: int = 0) -> None:
+        """Queue the ticket's workflow (once: its id is the ticket's and its round's)."""
         options: Any = {
             "queue_name": QUEUE,
             "workflow_name": TICKET_WORKFLOW,
-            "workflow_id": workflow_id(ticket_id),
+            "workflow_id": workflow_id(ticket_id, round_),
             "app_version": self.settings.application_version,
         }
         await self.client.enqueue_async(options, ticket_id)
@@ -161,31 +161,33 @@ class DurableDesk:
         """Queue every ``new`` ticket not queued yet; returns how many were handed over."""
         self._calls += 1
         after = 0 if self._calls % SWEEP_EVERY == 1 else self._high_water
-        ids = await asyncio.to_thread(self._new_after, after)
-        if not ids:
+        rows = await asyncio.to_thread(self._new_after, after)
+        if not rows:
             return 0
-        self._high_water = max(self._high_water, *ids)
+        self._high_water = max(self._high_water, *(t for t, _ in rows))
         queued = await asyncio.to_thread(
             self.client.list_workflows,
-            workflow_ids=[workflow_id(t) for t in ids],
+            workflow_ids=[workflow_id(t, r) for t, r in rows],
             load_input=False,
             load_output=False,
         )
         known = {w.workflow_id for w in queued}
-        fresh = [t for t in ids if workflow_id(t) not in known]
-        for ticket_id in fresh:
-            await self.submit(ticket_id)
+        fresh = [(t, r) for t, r in rows if workflow_id(t, r) not in known]
+        for ticket_id, round_ in fresh:
+            await self.submit(ticket_id, round_)
         return len(fresh)
 
-    def _new_after(self, after: int) -> list[int]:
+    def _new_after(self, after: int) -> list[tuple[int, int]]:
+        """New tickets after ``after`` and every reopened one (a later round), with
+        their round."""
         with self.desk.db.read_connection() as c:
-            ids = c.scalars(
-                select(Ticket.id)
-                .where(Ticket.status == "new", Ticket.id > after)
+            rows = c.execute(
+                select(Ticket.id, Ticket.round)
+                .where(Ticket.status == "new", (Ticket.id > after) | (Ticket.round > 0))
                 .order_by(Ticket.id)
                 .limit(1000)
             ).all()
-        return list(ids)
+        return [(int(t), int(r)) for t, r in rows]
 
     async def deliver(self, decision: Decision) -> None:
         """Send a decision to the workflow waiting on its call (running or not: a run

@@ -4,9 +4,10 @@ A ticket becomes a thread: ``messages`` holds every message in order (the custom
 staff replies, agent drafts, internal notes, events). A trigger on ``tickets`` writes a new
 ticket's text as its first message, whatever code or process inserts it; existing tickets
 become one-message threads (two when a reply was sent). ``tickets.assignee_id`` assigns a
-ticket to a staff member. Search: SQLite keeps FTS5 tables (``messages_fts``,
-``tickets_fts``, external content, filled by triggers); PostgreSQL uses GIN indexes on
-``to_tsvector('simple', ...)``.
+ticket to a staff member; ``tickets.round`` counts the times a customer's reply sent it
+through the pipeline again (a durable run per round). Search: SQLite keeps FTS5 tables
+(``messages_fts``, ``tickets_fts``, external content, filled by triggers); PostgreSQL uses
+GIN indexes on ``to_tsvector('simple', ...)``.
 
 Revision ID: 0005
 Revises: 0002
@@ -97,6 +98,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("title"),
     )
     op.add_column("tickets", sa.Column("assignee_id", sa.Integer(), nullable=True))
+    op.add_column("tickets", sa.Column("round", sa.Integer(), nullable=False, server_default="0"))
     op.create_index("ix_tickets_assignee_id", "tickets", ["assignee_id"])
     postgresql = op.get_bind().dialect.name == "postgresql"
     if postgresql:  # SQLite cannot add a constraint to a table (the code checks the id)
@@ -128,6 +130,7 @@ def downgrade() -> None:
         op.drop_constraint("fk_tickets_assignee", "tickets", type_="foreignkey")
     op.drop_index("ix_tickets_assignee_id", table_name="tickets")
     op.drop_column("tickets", "assignee_id")
+    op.drop_column("tickets", "round")
     op.drop_table("saved_replies")
     op.drop_index("ix_messages_ticket_id_id", table_name="messages")
     op.drop_table("messages")
