@@ -81,6 +81,24 @@ def _open(
     return db, client, triage, seed(db) if seed_it else False
 
 
+SMTP_HELP = "Send notifications through this SMTP server, HOST:PORT (default: keep them queued)."
+PRINT_MAIL_HELP = "Print notifications on the terminal instead of sending them."
+
+
+def _mailer(smtp: str | None, print_mail: bool) -> Any:
+    """The notifications' mailer the options ask for, or ``None``."""
+    from tether_desk.notify import PrintMailer, SmtpMailer
+
+    if print_mail:
+        return PrintMailer()
+    if smtp:
+        host, _, port = smtp.rpartition(":")
+        if not host or not port.isdigit():
+            raise typer.BadParameter("write the SMTP server as HOST:PORT, like 127.0.0.1:1025")
+        return SmtpMailer(host, int(port))
+    return None
+
+
 def serve_command(
     db: Annotated[str, typer.Option("--db", help=DB_HELP)] = DEFAULT_DB,
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
@@ -90,6 +108,8 @@ def serve_command(
     process: Annotated[bool, typer.Option("--process/--no-process", help=PROCESS_HELP)] = True,
     plain: Annotated[bool, typer.Option("--plain", help=PLAIN_HELP)] = False,
     worker_id: Annotated[str, typer.Option("--id", help=ID_HELP)] = "local",
+    smtp: Annotated[str | None, typer.Option("--smtp", help=SMTP_HELP)] = None,
+    print_mail: Annotated[bool, typer.Option("--print-mail", help=PRINT_MAIL_HELP)] = False,
 ) -> None:
     """Serve the support desk's web console (creates, migrates and seeds the database on
     first start; reuses it afterwards).
@@ -104,6 +124,7 @@ def serve_command(
     from tether_desk.web.app import create_app
 
     desk = Desk(database, client, triage)  # type: ignore[arg-type]
+    desk.mailer = _mailer(smtp, print_mail)
     runs = "plain: tickets run in this process" if workers == 1 else "plain: in each worker"
     if not plain:
         runs = _runs_line(_durable(desk, worker_id, process))

@@ -242,6 +242,23 @@ class SavedReply(Base):
     body: Mapped[str] = mapped_column(Text)
 
 
+class Notification(Base):
+    """An e-mail to send (the outbox): written in the transaction of the event it tells
+    of, sent afterwards by :class:`tether_desk.notify.Outbox`, once per ``key``."""
+
+    __tablename__ = "notifications"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True)
+    to_addr: Mapped[str] = mapped_column(String(254))
+    subject: Mapped[str] = mapped_column(String(200))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime, default=None, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+
+
 class Setting(Base):
     """Key-value settings the desk keeps for itself (the session signing secret)."""
 

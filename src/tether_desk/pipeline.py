@@ -42,6 +42,7 @@ from tether_desk.errors import NotFound
 from tether_desk.helpdesk import HelpdeskSettings
 from tether_desk.models import Customer, Draft, Message, Order, Ticket
 from tether_desk.money import format_cents
+from tether_desk.notify import Mailer, queue_approval, queue_reply
 from tether_desk.orders import OrderView, order_view, order_view_and_waiting
 from tether_desk.thread import customer_text
 from tether_desk.tickets import MAX_BODY, agent_draft, set_ticket
@@ -105,6 +106,8 @@ class Desk:
     """Durable mode: tickets and decisions go to workers (``None``: run them here)."""
     helpdesk: HelpdeskSettings = field(default_factory=HelpdeskSettings)
     """Conversations and inbox settings (reopen window, waiting-time target)."""
+    mailer: Mailer | None = None
+    """Where notifications go (``None``: they wait in the outbox, unsent)."""
 
     def changed(self, ticket_id: int) -> None:
         """Tell listeners that ``ticket_id`` changed."""
@@ -218,7 +221,10 @@ def _answer_tracking(db: Database, scope: TicketScope) -> None:
         if s.scalar(select(Draft.id).where(Draft.ticket_id == scope.ticket_id)) is not None:
             return
         s.add(Draft(ticket_id=scope.ticket_id, body=text, author="desk", sent_at=now))
-        s.add(Message(ticket_id=scope.ticket_id, kind="staff", body=text, created_at=now))
+        message = Message(ticket_id=scope.ticket_id, kind="staff", body=text, created_at=now)
+        s.add(message)
+        s.flush()
+        queue_reply(s.connection(), scope.ticket_id, message.id, text)
         s.execute(
             update(Ticket)
             .where(Ticket.id == scope.ticket_id)
@@ -311,6 +317,7 @@ def store_approval(
         if approval_id is None:
             approval_id = insert_approval(c, values)
         set_ticket(c, scope.ticket_id, status="awaiting_approval")
+        queue_approval(c, approval_id, scope.ticket_id, values["amount_cents"])
         note_approval(recorder, approval_id, values)
         stored.append(approval_id)
 

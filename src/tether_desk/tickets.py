@@ -20,6 +20,7 @@ from tether_desk.db import Database
 from tether_desk.draft_quality import problems
 from tether_desk.errors import InvalidInput, NotFound
 from tether_desk.models import Customer, Draft, Order, Ticket, TicketCount
+from tether_desk.notify import queue_reply
 from tether_desk.orders import customer_order_id
 from tether_desk.thread_store import add_message
 
@@ -303,5 +304,6 @@ def send_reply(db: Database, ticket_id: int, staff_id: int) -> None:
             raise InvalidInput(f"Edit the agent's draft before sending it: {' '.join(flagged)}")
         now = utcnow()
         c.execute(_SET_DRAFT, {"draft_id_": draft_id, "sent_at": now, "sent_by": staff_id})
-        add_message(c, ticket_id, "staff", body, author_id=staff_id)
+        message_id = add_message(c, ticket_id, "staff", body, author_id=staff_id)
+        queue_reply(c, ticket_id, message_id, body)  # sent by the outbox, once
         set_ticket(c, ticket_id, reply=body, replied_at=now, status="answered", updated_at=now)

@@ -27,6 +27,7 @@ from tether_desk.db import Database
 from tether_desk.errors import DeskError
 from tether_desk.models import Setting
 from tether_desk.money import format_cents
+from tether_desk.notify import start_outbox
 from tether_desk.pipeline import Desk
 from tether_desk.web.security import BodyGuard, Csrf, SecurityHeaders
 from tether_desk.web.worker import TicketWorker
@@ -121,9 +122,12 @@ def create_app(
         worker = TicketWorker(desk, recover=recover)  # one per loop; claims keep tickets to one
         worker.start(process=start_worker)
         app.state.worker = worker
+        mail = start_outbox(desk)  # sends queued notifications (None without a mailer)
         try:
             yield
         finally:
+            if mail is not None:
+                mail.cancel()
             await worker.stop()
             if desk.runs is not None:
                 await desk.runs.stop()

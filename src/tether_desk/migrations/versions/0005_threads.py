@@ -1,4 +1,4 @@
-"""Threads, assignment, saved replies and full-text search.
+"""Threads, assignment, saved replies, full-text search and the e-mail outbox.
 
 A ticket becomes a thread: ``messages`` holds every message in order (the customer's,
 staff replies, agent drafts, internal notes, events). A trigger on ``tickets`` writes a new
@@ -97,6 +97,22 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("title"),
     )
+    op.create_table(
+        "notifications",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=200), nullable=False),
+        sa.Column("to_addr", sa.String(length=254), nullable=False),
+        sa.Column("subject", sa.String(length=200), nullable=False),
+        sa.Column("body", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("claimed_at", sa.DateTime(), nullable=True),
+        sa.Column("sent_at", sa.DateTime(), nullable=True),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("last_error", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("key"),
+    )
+    op.create_index("ix_notifications_sent_at", "notifications", ["sent_at"])
     op.add_column("tickets", sa.Column("assignee_id", sa.Integer(), nullable=True))
     op.add_column("tickets", sa.Column("round", sa.Integer(), nullable=False, server_default="0"))
     op.create_index("ix_tickets_assignee_id", "tickets", ["assignee_id"])
@@ -132,5 +148,7 @@ def downgrade() -> None:
     op.drop_column("tickets", "assignee_id")
     op.drop_column("tickets", "round")
     op.drop_table("saved_replies")
+    op.drop_index("ix_notifications_sent_at", table_name="notifications")
+    op.drop_table("notifications")
     op.drop_index("ix_messages_ticket_id_id", table_name="messages")
     op.drop_table("messages")
