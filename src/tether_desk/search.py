@@ -2,8 +2,10 @@
 
 SQLite: the FTS5 tables ``messages_fts`` and ``tickets_fts`` (migration 0005, kept by
 triggers). PostgreSQL: ``to_tsvector('simple', ...)`` under GIN indexes. Both match every
-word of the query as a prefix ("rembours" finds "remboursement"), newest tickets first.
-Only staff search: notes and drafts are found too.
+word of the query as a prefix ("rembours" finds "remboursement"). The tickets of the
+:data:`SCAN` newest matching messages and of the newest matching subjects, newest ticket
+first: a word in every ticket costs the same as a rare one. Only staff search: notes and
+drafts are found too.
 """
 
 from __future__ import annotations
@@ -12,36 +14,45 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, select, text
 
 from tether_desk.db import Database
+from tether_desk.models import Customer, Message, Order, Ticket
 
 MAX_HITS = 50
 MAX_WORDS = 8
 _WORD = re.compile(r"\w+")
-_SQLITE = text(
-    """SELECT ticket_id, max(hit) FROM (
-        SELECT m.ticket_id AS ticket_id, m.id AS hit FROM messages_fts
-            JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH :q
-        UNION ALL
-        SELECT rowid AS ticket_id, 0 AS hit FROM tickets_fts WHERE tickets_fts MATCH :q
-    ) GROUP BY ticket_id ORDER BY ticket_id DESC LIMIT :n"""
+SCAN = 400
+"""Matching messages read at most (the newest), and subjects at most :data:`MAX_HITS`."""
+_SQLITE = (
+    text(
+        """SELECT m.ticket_id, m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+        WHERE messages_fts MATCH :q ORDER BY messages_fts.rowid DESC LIMIT :scan"""
+    ),
+    text(
+        """SELECT rowid, 0 FROM tickets_fts WHERE tickets_fts MATCH :q
+        ORDER BY rowid DESC LIMIT :n"""
+    ),
 )
-_POSTGRESQL = text(
-    """SELECT ticket_id, max(hit) FROM (
-        SELECT ticket_id, id AS hit FROM messages
-            WHERE to_tsvector('simple', body) @@ to_tsquery('simple', :q)
-        UNION ALL
-        SELECT id AS ticket_id, 0 AS hit FROM tickets
-            WHERE to_tsvector('simple', subject) @@ to_tsquery('simple', :q)
-    ) found GROUP BY ticket_id ORDER BY ticket_id DESC LIMIT :n"""
+_POSTGRESQL = (
+    text(
+        """SELECT ticket_id, id FROM messages
+        WHERE to_tsvector('simple', body) @@ to_tsquery('simple', :q)
+        ORDER BY id DESC LIMIT :scan"""
+    ),
+    text(
+        """SELECT id, 0 FROM tickets
+        WHERE to_tsvector('simple', subject) @@ to_tsquery('simple', :q)
+        ORDER BY id DESC LIMIT :n"""
+    ),
 )
-_ROWS = text(
-    """SELECT t.id, t.subject, t.status, o.number, c.name, t.created_at, m.body
-        FROM tickets t JOIN orders o ON o.id = t.order_id
-        JOIN customers c ON c.id = t.customer_id
-        LEFT JOIN messages m ON m.id = :hit WHERE t.id = :ticket_id"""
+_TICKETS = (
+    select(Ticket.id, Ticket.subject, Ticket.status, Order.number, Customer.name, Ticket.created_at)
+    .join(Order, Order.id == Ticket.order_id)
+    .join(Customer, Customer.id == Ticket.customer_id)
+    .where(Ticket.id.in_(bindparam("ids", expanding=True)))
 )
+_BODIES = select(Message.id, Message.body).where(Message.id.in_(bindparam("ids", expanding=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +95,19 @@ def search(db: Database, query: str, limit: int = MAX_HITS) -> list[Hit]:
 
 def _search(c: Connection, found: list[str], limit: int) -> list[Hit]:
     if c.dialect.name == "postgresql":
-        statement, q = _POSTGRESQL, " & ".join(f"{w}:*" for w in found)
+        statements, q = _POSTGRESQL, " & ".join(f"{w}:*" for w in found)
     else:
-        statement, q = _SQLITE, " ".join(f'"{w}"*' for w in found)
-    ids = c.execute(statement, {"q": q, "n": limit}).all()
-    hits = []
-    for ticket_id, hit in ids:
-        row = c.execute(_ROWS, {"ticket_id": ticket_id, "hit": hit}).one()
-        tid, subject, status, order, customer, created_at, body = row
-        excerpt = _excerpt(body, found)
-        hits.append(Hit(tid, subject, status, order, customer, created_at, excerpt))
-    return hits
+        statements, q = _SQLITE, " ".join(f'"{w}"*' for w in found)
+    latest: dict[int, int] = {}
+    for statement in statements:
+        for ticket_id, hit in c.execute(statement, {"q": q, "n": limit, "scan": SCAN}):
+            latest[ticket_id] = max(hit, latest.get(ticket_id, 0))
+    chosen = sorted(latest, reverse=True)[:limit]
+    if not chosen:
+        return []
+    tickets = {r[0]: r for r in c.execute(_TICKETS, {"ids": chosen})}
+    hit_ids = [latest[t] for t in chosen if latest[t]]
+    bodies = dict(c.execute(_BODIES, {"ids": hit_ids}).all()) if hit_ids else {}
+    return [
+        Hit(*tickets[t], _excerpt(bodies.get(latest[t]), found)) for t in chosen if t in tickets
+    ]
