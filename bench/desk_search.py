@@ -1,6 +1,6 @@
 """Search and the inbox with threads, in one command: ``uv run python bench/desk_search.py``.
 
-``tether serve`` on a SQLite database of 10,000 tickets (20,000 messages: every third
+``tether serve`` on a SQLite database of 10,000 tickets (16,668 messages: every third
 ticket has a customer reply and a staff note); 50 clients, each logged in as staff on its
 own keep-alive connection, ask back to back, in turn, a search (a word in every ticket, a
 word in one in ten, a reference in one, two words) and an inbox page (which now carries

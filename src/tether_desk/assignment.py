@@ -93,29 +93,32 @@ def _words(delta: timedelta) -> str:
     return f"{hours // 24} days"
 
 
-def waiting(db: Database, rows: list[TicketRow], target: timedelta) -> dict[int, Waiting]:
-    """For each row not answered, since when the customer waits (their latest message)."""
-    open_ids = [r.id for r in rows if r.status != "answered"]
-    if not open_ids:
-        return {}
+_LAST_ASKED = (
+    select(func.max(Message.created_at))
+    .where(Message.ticket_id == Ticket.id, Message.kind == "customer")
+    .scalar_subquery()
+)
+_ROW_FACTS = (
+    select(Ticket.id, Ticket.status, Staff.name, _LAST_ASKED)
+    .outerjoin(Staff, Staff.id == Ticket.assignee_id)
+    .where(Ticket.id.in_(bindparam("ids", expanding=True)))
+)
+
+
+def row_facts(
+    db: Database, rows: list[TicketRow], target: timedelta
+) -> tuple[dict[int, Waiting], dict[int, str]]:
+    """For a page's rows, in one query: since when each open ticket's customer waits (their
+    latest message) against ``target``, and whom each ticket is assigned to."""
+    if not rows:
+        return {}, {}
     with db.read_connection() as c:
-        found = c.execute(
-            select(Message.ticket_id, func.max(Message.created_at))
-            .where(Message.ticket_id.in_(open_ids), Message.kind == "customer")
-            .group_by(Message.ticket_id)
-        ).all()
+        found = c.execute(_ROW_FACTS, {"ids": [r.id for r in rows]}).all()
     now = utcnow()
-    return {int(t): Waiting(since, _words(now - since), now - since > target) for t, since in found}
-
-
-def assignees(db: Database, ids: list[int]) -> dict[int, str]:
-    """The name of whom each of these tickets is assigned to (unassigned: absent)."""
-    if not ids:
-        return {}
-    with db.read_connection() as c:
-        rows = c.execute(
-            select(Ticket.id, Staff.name)
-            .join(Staff, Staff.id == Ticket.assignee_id)
-            .where(Ticket.id.in_(ids))
-        ).all()
-    return {int(i): str(n) for i, n in rows}
+    waits, owners = {}, {}
+    for ticket_id, status, owner, since in found:
+        if owner is not None:
+            owners[int(ticket_id)] = str(owner)
+        if status != "answered" and since is not None:
+            waits[int(ticket_id)] = Waiting(since, _words(now - since), now - since > target)
+    return waits, owners

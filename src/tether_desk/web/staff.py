@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import func, select
 
 from tether_desk.approvals import queue, screen, ticket_approvals
-from tether_desk.assignment import assigned_inbox, assignees, waiting
+from tether_desk.assignment import assigned_inbox, row_facts
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.errors import DeskError
 from tether_desk.models import Order, Refund, Ticket
@@ -60,6 +60,7 @@ async def staff_inbox(
         rows = inbox(desk.db, page, chosen, before=before, after=after)
     template = "inbox_rows.html" if request.headers.get("hx-request") else "inbox.html"
     cursor = f"&before={before}" if before else f"&after={after}" if after else ""
+    waits, owners = row_facts(desk.db, rows.rows, desk.helpdesk.wait_target)
     return render(
         request,
         template,
@@ -68,8 +69,8 @@ async def staff_inbox(
         statuses=STATUSES,
         cursor=cursor,
         assigned=assigned,
-        waits=waiting(desk.db, rows.rows, desk.helpdesk.wait_target),
-        owners=assignees(desk.db, [r.id for r in rows.rows]),
+        waits=waits,
+        owners=owners,
     )
 
 
