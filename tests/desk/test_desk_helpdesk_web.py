@@ -60,6 +60,10 @@ def test_a_customer_reply_reopens_and_a_note_stays_internal(
     page = client.get(f"/my/tickets/{tid}").text
     assert page.count('class="msg msg-staff"') == 2 and note not in page  # two answers
     assert "The customer reopened the ticket." in page
+    kinds = [m["kind"] for m in client.get(f"/api/tickets/{tid}").json()["messages"]]
+    assert kinds == ["customer", "staff", "customer", "system", "staff"]  # no note
+    staff_kinds = [m["kind"] for m in other.get(f"/api/tickets/{tid}").json()["messages"]]
+    assert staff_kinds == ["customer", "staff", "note", "customer", "system", "staff"]
 
 
 def test_another_customer_cannot_reply_on_the_ticket(desk: Desk, client: TestClient) -> None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from tether_desk.money import format_cents
 from tether_desk.orders import customer_orders, order_view
+from tether_desk.thread import thread
 from tether_desk.tickets import (
     MAX_BODY,
     MAX_SUBJECT,
@@ -35,6 +36,17 @@ class OrderOut(BaseModel):
     already_refunded: str
 
 
+class MessageOut(BaseModel):
+    """One message of a ticket's thread (``kind``: customer, staff, system; for staff also
+    agent and note)."""
+
+    id: int
+    kind: str
+    author: str
+    text: str
+    at: str
+
+
 class TicketOut(BaseModel):
     """A ticket."""
 
@@ -44,6 +56,8 @@ class TicketOut(BaseModel):
     status: str
     text: str | None = None
     reply: str | None = None
+    messages: list[MessageOut] | None = None
+    """The thread, in order (only on one ticket's own page): what the caller may see."""
 
 
 class TicketPage(BaseModel):
@@ -119,6 +133,12 @@ def api_ticket(
         status=ticket.status,
         text=ticket.body,
         reply=ticket.reply,
+        messages=[
+            MessageOut(
+                id=m.id, kind=m.kind, author=m.author, text=m.body, at=m.created_at.isoformat()
+            )
+            for m in thread(desk.db, ticket.id, staff=who.role == "staff")
+        ],
     )
 
 
