@@ -19,10 +19,10 @@ from sqlalchemy import Connection, bindparam, select, text
 from tether_desk.db import Database
 from tether_desk.models import Customer, Message, Order, Ticket
 
-MAX_HITS = 50
+MAX_HITS = 25
 MAX_WORDS = 8
 _WORD = re.compile(r"\w+")
-SCAN = 400
+SCAN = 200
 """Matching messages read at most (the newest), and subjects at most :data:`MAX_HITS`."""
 _SQLITE = (
     text(
