@@ -197,10 +197,11 @@ def _pids_of(uid: int) -> set[int]:
 async def test_root_and_dev_are_read_only_and_memory_mounts_are_capped(
     sandbox: BubblewrapSandbox,
 ) -> None:
-    over = {"/dev/shm": LIMITS.shm_bytes, "/tmp": LIMITS.tmp_bytes, "/run": 1 << 20}
+    shared = LIMITS.tmp_bytes + LIMITS.shm_bytes + (1 << 20)  # one scratch space for all three
     fills = "; ".join(
-        f"head -c {size + (1 << 20)} /dev/zero > {where}/fill 2>/dev/null || echo {where} full"
-        for where, size in over.items()
+        f"head -c {shared + (1 << 20)} /dev/zero > {where}/fill 2>/dev/null || echo {where} full;"
+        f" rm -f {where}/fill"
+        for where in ("/dev/shm", "/tmp", "/run")
     )
     command = (
         "for f in /x /etc/x /dev/x /usr/x; do echo x > $f 2>/dev/null || echo $f read-only; "

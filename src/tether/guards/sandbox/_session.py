@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -31,17 +32,31 @@ from tether.guards.sandbox._cgroup import CgroupSupport, CommandCgroup, kill_fol
 from tether.guards.sandbox._copy import write_tree
 from tether.guards.sandbox._exec import Running, start
 from tether.guards.sandbox._systemd import scope_argv
-from tether.guards.sandbox.base import DEFAULT_ENV, SandboxUnavailable
+from tether.guards.sandbox.base import DEFAULT_ENV, SandboxLimits, SandboxUnavailable
 
 if TYPE_CHECKING:
     from tether.guards.sandbox.bwrap import BubblewrapSandbox
 
 _KILL_WAIT_S = 5.0
+RUN_BYTES = 1 << 20
+"""What /run may hold (it shares the scratch space with /tmp and /dev/shm)."""
+SCRATCH = "/.tether-scratch"
+"""Where, in the holder, each command sandbox mounts its own /tmp, /dev/shm and /run."""
+_MOUNT_WORK = "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-work {work}"
 _HOLD = (
+    "{mount} || exit 3; cd {work} || exit 3; "
     "tar -x -f - -p --no-same-owner --delay-directory-restore <&{fd} || exit 3; "
     "exec {fd}<&-; echo ready; read -r _"
 )
-"""The holder: unpack the tree from ``fd``, say so, wait until stdin closes."""
+"""The holder: mount the capped work folder, unpack the tree from ``fd`` into it, say so,
+wait until stdin closes."""
+_SCRATCH = (
+    "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-scratch {scratch} "
+    "&& mkdir -m 1777 {scratch}/tmp {scratch}/shm && mkdir -m 0755 {scratch}/run "
+    '&& exec "$@"'
+)
+"""Before a command sandbox's bwrap: its own capped memory file system for /tmp,
+/dev/shm and /run (bwrap cannot pass ``nr_inodes``), in a mount namespace of its own."""
 
 
 class Holder:
@@ -61,7 +76,8 @@ class Holder:
         tar_r, tar_w = os.pipe()
         data = [_data_fd(text) for text in (box.passwd, box.group)]
         argv = box.holder_argv(info_fd=info_w, passwd_fd=data[0], group_fd=data[1])
-        argv += ["--", "/bin/bash", "-c", _HOLD.format(fd=tar_r), "tether-holder"]
+        hold = _HOLD.format(mount=mount_work(box), work=shlex.quote(box.mount_point), fd=tar_r)
+        argv += ["--", "/bin/bash", "-c", hold, "tether-holder"]
         try:
             running = await start(
                 argv,
@@ -135,17 +151,24 @@ class CommandSandbox:
     """One fresh command sandbox, started ahead and waiting for its argv."""
 
     def __init__(
-        self, running: Running, request_fd: int, info_fd: int, cgroup: CommandCgroup | None
+        self,
+        running: Running,
+        request_fd: int,
+        info_fd: int,
+        ready_fd: int,
+        cgroup: CommandCgroup | None,
     ) -> None:
         self.running = running
         self.cgroup = cgroup
         self._request_fd = request_fd
         self._info_fd = info_fd
+        self._ready_fd = ready_fd
         self._scoped = False
         self._pid1: asyncio.Future[int | None] = asyncio.ensure_future(self._learn_pid1())
         self._pidfd: int | None = None
         self._scope: Path | None = None
         """The systemd scope the command runs in, if any."""
+        self._killing = asyncio.Lock()
 
     @classmethod
     async def start(
@@ -153,16 +176,21 @@ class CommandSandbox:
     ) -> CommandSandbox:
         request_r, request_w = os.pipe()
         info_r, info_w = os.pipe()
+        ready_r, ready_w = os.pipe()
         seccomp_fd = _data_fd(box.seccomp_filter())
-        child_fds = [request_r, info_w, seccomp_fd]
+        child_fds = [request_r, info_w, seccomp_fd, ready_w]
         cgroup = CommandCgroup(cgroups, box.limits) if cgroups.parent is not None else None
         gate_r = gate_w = -1
         if cgroup is not None:
             gate_r, gate_w = os.pipe()
             child_fds.append(gate_r)
-        boot = box.boot_script(request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds])
+        boot = box.boot_script(
+            request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds], ready_fd=ready_w
+        )
         argv = [
             *holder.nsenter_argv(),
+            "unshare", "--mount", "--propagation", "private", "--",
+            "/bin/sh", "-c", scratch_script(box.limits), "tether-scratch",
             *box.sandbox_argv(seccomp_fd=seccomp_fd, info_fd=info_w),
             "--", "/bin/bash", "-c", boot, "tether-sandbox",
         ]  # fmt: skip
@@ -182,8 +210,8 @@ class CommandSandbox:
                 cgroup.adopt(running.pid)
                 os.write(gate_w, b"go\n")
         except BaseException:
-            os.close(request_w)
-            os.close(info_r)
+            for fd in (request_w, info_r, ready_r):
+                os.close(fd)
             if cgroup is not None:
                 await cgroup.remove()
             raise
@@ -191,7 +219,7 @@ class CommandSandbox:
             for fd in (*child_fds, gate_w):
                 if fd >= 0:
                     os.close(fd)
-        sandbox = cls(running, request_w, info_r, cgroup)
+        sandbox = cls(running, request_w, info_r, ready_r, cgroup)
         sandbox._scoped = cgroups.systemd is not None
         return sandbox
 
@@ -204,6 +232,8 @@ class CommandSandbox:
         before it could take it (its stderr says why)."""
         pid1 = await self._pid1
         fd, self._request_fd = self._request_fd, -1
+        if fd < 0:  # killed meanwhile (the session was closed): nothing runs
+            return False
         if pid1 is None:
             os.close(fd)
             return False
@@ -219,6 +249,10 @@ class CommandSandbox:
         """Kill the sandbox's PID 1, hence its whole PID namespace, and its cgroup; wait
         until PID 1 is gone (it exits last of its namespace). The emptied cgroup is
         removed in the background, or now with ``remove_cgroup``."""
+        async with self._killing:  # the command's end and a close may both come here
+            await self._kill_all(remove_cgroup=remove_cgroup)
+
+    async def _kill_all(self, *, remove_cgroup: bool) -> None:
         if self._request_fd >= 0:
             os.close(self._request_fd)  # an unused sandbox: its boot script exits
             self._request_fd = -1
@@ -243,7 +277,7 @@ class CommandSandbox:
             if remove_cgroup:
                 await self.cgroup.remove()
             else:
-                _background(self.cgroup.remove())
+                background(self.cgroup.remove())
 
     async def terminate(self) -> None:
         """Timeout or cancellation: kill everything, bwrap included."""
@@ -256,21 +290,33 @@ class CommandSandbox:
         await self.terminate()
         self.running.transport.close()
 
+    async def failure(self) -> str:
+        """Why a sandbox that could not take its argv died (bwrap's words); drops it."""
+        await self.running.wait_exit(_KILL_WAIT_S)
+        said = (await _stderr(self.running)).strip()
+        await self.discard()
+        return said or f"it exited with status {self.running.transport.get_returncode()}"
+
     async def _learn_pid1(self) -> int | None:
         try:
-            pid = await _read_child_pid(self._info_fd)
-        except (OSError, ValueError):
-            return None
+            try:
+                pid = await _read_child_pid(self._info_fd)
+            except (OSError, ValueError):
+                return None
+            finally:
+                self._close_info()
+            # bwrap has not reaped it (it waits for our argv): the pid is still that process
+            try:
+                self._pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return None
+            if self._scoped:
+                self._scope = own_scope_of(pid)
+            # the boot script says it is up: the sandbox is made, a command given will start
+            await _wait_readable(self._ready_fd, None)
+            return pid if os.read(self._ready_fd, 1) == b"." else None
         finally:
-            self._close_info()
-        # bwrap has not reaped it (it waits for our argv): the pid is still that process
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return None
-        if self._scoped:
-            self._scope = own_scope_of(pid)
-        return pid
+            os.close(self._ready_fd)
 
     def _close_info(self) -> None:
         if self._info_fd >= 0:
@@ -281,7 +327,7 @@ class CommandSandbox:
 _BACKGROUND: set[asyncio.Task[None]] = set()
 
 
-def _background(work: Coroutine[Any, Any, None]) -> None:
+def background(work: Coroutine[Any, Any, None]) -> None:
     """Run ``work`` without waiting for it (kept referenced until it is done)."""
     task = asyncio.ensure_future(work)
     _BACKGROUND.add(task)
@@ -294,6 +340,20 @@ async def settle() -> None:
     loop = asyncio.get_running_loop()
     if pending := {task for task in _BACKGROUND if task.get_loop() is loop}:
         await asyncio.wait(pending)
+
+
+def mount_work(box: BubblewrapSandbox) -> str:
+    """The holder's command that mounts the capped work folder."""
+    limits = box.limits
+    return _MOUNT_WORK.format(
+        size=limits.work_bytes, inodes=limits.work_inodes, work=shlex.quote(box.mount_point)
+    )
+
+
+def scratch_script(limits: SandboxLimits) -> str:
+    """The shell script that mounts a command sandbox's capped scratch space."""
+    size = limits.tmp_bytes + limits.shm_bytes + RUN_BYTES
+    return _SCRATCH.format(size=size, inodes=limits.scratch_inodes, scratch=SCRATCH)
 
 
 def _data_fd(data: str | bytes) -> int:
