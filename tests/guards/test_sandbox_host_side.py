@@ -315,8 +315,10 @@ async def test_each_command_runs_in_its_own_cgroup_where_one_can_be_made(
         assert "tether-" not in line
         return
     assert support.parent is not None
-    folder = support.parent / line.rsplit("/", 1)[1]
-    assert folder.name.startswith("tether-") and not folder.exists()
+    session, name = line.rsplit("/", 2)[-2:]  # the session's cgroup holds the command's
+    folder = support.parent / session / name
+    assert session.startswith("tether-session-") and name.startswith("tether-")
+    assert not folder.exists() and not folder.parent.exists()  # both removed
 
 
 async def test_total_memory_is_capped_where_a_memory_cgroup_binds(

@@ -27,7 +27,13 @@ from tether.guards.sandbox import (
 )
 from tether.guards.sandbox import bwrap as bwrap_module
 from tether.guards.sandbox import container as container_module
-from tether.guards.sandbox._cgroup import CONTROLLERS, CgroupSupport, CommandCgroup
+from tether.guards.sandbox._cgroup import (
+    CONTROLLERS,
+    CgroupSupport,
+    CommandCgroup,
+    SessionCgroup,
+    session_memory_bytes,
+)
 from tether.guards.sandbox._output import CappedText, escape_controls
 from tether.guards.sandbox._session import SCRATCH, mount_work, scratch_script
 from tether.guards.sandbox._systemd import killable
@@ -461,6 +467,22 @@ def test_command_cgroup_writes_every_bound_cap(tmp_path: Path) -> None:
     }
     only_pids = CommandCgroup(CgroupSupport(tmp_path, frozenset({"pids"}), "no"), limits)
     assert sorted(p.name for p in only_pids.path.iterdir()) == ["pids.max"]
+
+
+async def test_a_session_cgroup_caps_the_session_and_holds_its_commands(tmp_path: Path) -> None:
+    limits = SandboxLimits(work_bytes=100 << 20, memory_bytes=200 << 20, tmp_bytes=10 << 20)
+    support = CgroupSupport(tmp_path, frozenset(CONTROLLERS), "")
+    session = SessionCgroup(support, limits, commands=2)
+    assert session.path.parent == tmp_path and session.holder.parent == session.path
+    scratch = (10 << 20) + limits.shm_bytes + (1 << 20)
+    expected = (100 << 20) + limits.kernel_memory_bytes(2) + 2 * ((200 << 20) + scratch)
+    assert (session.path / "memory.max").read_text() == str(expected)
+    assert session_memory_bytes(limits, 2) == expected
+    assert session.commands.parent == session.path  # command cgroups are made inside
+    command = CommandCgroup(session.commands, limits)
+    assert command.path.parent == session.path
+    # what commands get is what could be enabled in the session (nothing in a plain folder)
+    assert session.commands.controllers == frozenset()
 
 
 async def test_an_oversized_command_is_refused_with_a_way_forward() -> None:

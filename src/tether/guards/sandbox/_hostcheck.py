@@ -25,12 +25,12 @@ def enforcement(limits: SandboxLimits, cgroups: _cgroup.CgroupSupport) -> Enforc
     gib = 1 << 30
     caps = [
         f"wall time {limits.timeout_seconds:g} s",
-        f"work copy {limits.work_bytes / gib:.2g} GiB",
+        f"work copy {limits.work_bytes / gib:.2g} GiB and {limits.work_inodes:,} files",
         f"/tmp {limits.tmp_bytes >> 20} MiB",
         f"{limits.memory_bytes / gib:.2g} GiB of memory "
         + ("in total" if "memory" in bound else "per process"),
         f"{limits.max_processes} processes "
-        + ("in total" if "pids" in bound else "of the sandbox user"),
+        + ("in total" if "pids" in bound else "per command (of its user namespace)"),
     ]
     if "cpu" in bound:
         caps.append(f"{limits.cpus:g} CPUs")

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError
-from tether.guards.sandbox._cgroup import CgroupSupport, CommandCgroup, kill_folder, own_scope_of
+from tether.guards.sandbox._cgroup import (
+    CgroupSupport,
+    CommandCgroup,
+    SessionCgroup,
+    kill_folder,
+    own_scope_of,
+)
 from tether.guards.sandbox._copy import write_tree
 from tether.guards.sandbox._exec import Running, start
 from tether.guards.sandbox._systemd import scope_argv
@@ -71,24 +77,40 @@ class Holder:
         """Descriptors of its user and mount namespaces, for ``nsenter``."""
 
     @classmethod
-    async def start(cls, box: BubblewrapSandbox) -> Holder:
+    async def start(cls, box: BubblewrapSandbox, cgroup: SessionCgroup | None = None) -> Holder:
+        """Start the holder (in ``cgroup``'s ``holder/`` before it forks, if given)."""
         info_r, info_w = os.pipe()
         tar_r, tar_w = os.pipe()
         data = [_data_fd(text) for text in (box.passwd, box.group)]
+        child_fds = [info_w, tar_r, *data]
         argv = box.holder_argv(info_fd=info_w, passwd_fd=data[0], group_fd=data[1])
         hold = _HOLD.format(mount=mount_work(box), work=shlex.quote(box.mount_point), fd=tar_r)
         argv += ["--", "/bin/bash", "-c", hold, "tether-holder"]
+        gate_r = gate_w = -1
+        if cgroup is not None:
+            gate_r, gate_w = os.pipe()
+            child_fds.append(gate_r)
+            argv = ["/bin/bash", "-c", f'read -r _ <&{gate_r} && exec "$@"', "gate", *argv]
         try:
             running = await start(
                 argv,
                 env=DEFAULT_ENV,
-                pass_fds=(info_w, tar_r, *data),
+                pass_fds=child_fds,
                 user=box.run_as,
                 group=box.run_as,
             )
+            if cgroup is not None:
+                try:
+                    cgroup.adopt_holder(running.pid)
+                    os.write(gate_w, b"go\n")
+                except BaseException:
+                    running.kill_group()
+                    running.transport.close()
+                    raise
         finally:
-            for fd in (info_w, tar_r, *data):
-                os.close(fd)
+            for fd in (*child_fds, gate_w):
+                if fd >= 0:
+                    os.close(fd)
         try:
             copying = asyncio.to_thread(write_tree, box.source, box.ignore, tar_w)
             tar_w = -1

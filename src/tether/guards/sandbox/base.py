@@ -57,8 +57,9 @@ class SandboxLimits:
     file_size_bytes: int = 256 << 20
     """Largest file a process may write (RLIMIT_FSIZE)."""
     max_processes: int = 256
-    """Processes of the sandbox user (RLIMIT_NPROC, per uid), and the command's total where
-    a pids cgroup binds it."""
+    """Processes of the command (RLIMIT_NPROC, which the kernel counts per user namespace:
+    bubblewrap gives each command its own), and the command's total where a pids cgroup
+    binds it."""
     open_files: int = 1024
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     tmp_bytes: int = 256 << 20

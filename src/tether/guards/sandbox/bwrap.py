@@ -130,6 +130,7 @@ class BubblewrapSandbox:
         """Bumped by each close: a command begun before it never starts."""
         self._holder: Holder | None = None
         self._pool: SandboxPool | None = None
+        self._session_cgroup: _cgroup.SessionCgroup | None = None
 
     @property
     def source(self) -> Path | None:
@@ -331,9 +332,19 @@ class BubblewrapSandbox:
                     raise ConfigError(f"the sandbox source {source} is not a folder")
                 if not self.available():
                     raise SandboxUnavailable(_UNAVAILABLE)
-                holder = await Holder.start(self)
                 cgroups = self._cgroup_support()
+                grouped = None
+                if cgroups.parent is not None:  # the session is charged to one cgroup
+                    grouped = _cgroup.SessionCgroup(cgroups, self.limits, max(self.pool_size, 1))
+                    cgroups = grouped.commands
+                try:
+                    holder = await Holder.start(self, grouped)
+                except BaseException:
+                    if grouped is not None:
+                        await grouped.remove()
+                    raise
                 self._holder, self.work.holder_pid = holder, holder.pid
+                self._session_cgroup = grouped
                 self._pool = SandboxPool(
                     lambda: CommandSandbox.start(self, holder, cgroups), self.pool_size
                 )
@@ -349,12 +360,16 @@ class BubblewrapSandbox:
         await self._session(epoch)
 
     async def _end_session(self) -> None:
-        holder, pool = self._holder, self._pool
+        holder, pool, grouped = self._holder, self._pool, self._session_cgroup
         self._holder, self._pool, self.work.holder_pid = None, None, None
+        self._session_cgroup = None
         if pool is not None:
             await pool.close()
         if holder is not None:
             await holder.stop()
+        if grouped is not None:
+            await settle()  # the commands' cgroups first
+            await grouped.remove()
 
     def _cgroup_support(self) -> _cgroup.CgroupSupport:
         """Where per-command cgroups are made, found once; none when they are not used."""
