@@ -52,6 +52,11 @@ class SandboxPool:
             self._making.add(task)
             task.add_done_callback(self._made)
 
+    async def filled(self) -> None:
+        """Wait until no sandbox is being made (the pool is as full as it gets)."""
+        while self._making and not self.closed:
+            await asyncio.wait(set(self._making))
+
     async def take(self) -> CommandSandbox:
         """A ready sandbox (a dead one is dropped), else the next one made."""
         if self.closed:

@@ -58,7 +58,7 @@ _HOLD = (
 wait until stdin closes."""
 _SCRATCH = (
     "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-scratch {scratch} "
-    "&& mkdir -m 1777 {scratch}/tmp {scratch}/shm && mkdir -m 0755 {scratch}/run "
+    "&& mkdir -m 1777 {scratch}/tmp {scratch}/shm {scratch}/run "
     '&& exec "$@"'
 )
 """Before a command sandbox's bwrap: its own capped memory file system for /tmp,

@@ -256,6 +256,11 @@ class BubblewrapSandbox:
         await self._session(self._epoch)
         return self.work.path
 
+    async def prepared(self) -> None:
+        """Open the session and wait until its pool of prepared sandboxes is full."""
+        _, pool = await self._session(self._epoch)
+        await pool.filled()
+
     async def run(
         self,
         argv: Sequence[str],
