@@ -140,9 +140,7 @@ async def main(
     return {"rows": rows, "quiet": quiet, "lags": lags, "echoes": echoes, "flooded": flooded}
 
 
-def table(
-    data: dict[str, Any], rounds: int, length: int, sustained: int, gap_ms: float
-) -> str:
+def table(data: dict[str, Any], rounds: int, length: int, sustained: int, gap_ms: float) -> str:
     rows = data["rows"]
     b2b = statistics.median(rows["b2b tool"]) / statistics.median(rows["b2b bare"])
     bursts = statistics.median(rows["burst tool"]) / statistics.median(rows["burst bare"])
