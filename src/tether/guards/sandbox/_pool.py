@@ -2,7 +2,10 @@
 
 A :class:`SandboxPool` keeps ``size`` sandboxes ready (started, waiting for an argv), so a
 burst of parallel calls, or a stream of calls back to back, takes one that is ready and
-pays no preparation on its path; each one taken is replaced in the background.
+pays no preparation on its path. Those taken are replaced in the background once the
+calls pause (no command running for ``REFILL_AFTER_S``, or a command running for
+``BUSY_REFILL_AFTER_S``), so that making them does not compete for the CPU with the
+calls of a burst or a stream; a call that finds none ready has one made at once.
 
 Every sandbox is tracked from the moment it starts being made until it is discarded:
 being made (a task), ready, or handed out. :meth:`SandboxPool.close` refuses new takes,
@@ -18,6 +21,11 @@ from collections.abc import Awaitable, Callable
 
 from tether.guards.sandbox._session import CommandSandbox, background
 
+REFILL_AFTER_S = 0.01
+"""Time without a command after which the pool is topped up."""
+BUSY_REFILL_AFTER_S = 0.5
+"""Time after which the pool is topped up while a (long) command runs."""
+
 
 class PoolClosed(Exception):
     """The pool was closed: no sandbox is handed out any more."""
@@ -27,7 +35,7 @@ class SandboxPool:
     """Prepared command sandboxes; ``make`` starts one."""
 
     def __init__(self, make: Callable[[], Awaitable[CommandSandbox]], size: int) -> None:
-        self._make = make
+        self._start = make
         self.size = size
         """How many sandboxes are kept ready (0: each is made when a command comes)."""
         self.closed = False
@@ -35,6 +43,7 @@ class SandboxPool:
         self._making: set[asyncio.Task[CommandSandbox]] = set()
         self._waiters: deque[asyncio.Future[CommandSandbox]] = deque()
         self._taken: set[CommandSandbox] = set()
+        self._top_up: asyncio.TimerHandle | None = None
 
     @property
     def tracked(self) -> int:
@@ -47,13 +56,23 @@ class SandboxPool:
         if self.closed:
             return
         wanted = max(self.size - len(self._ready), 0) + len(self._waiters)
-        for _ in range(wanted - len(self._making)):
-            task = asyncio.ensure_future(self._make())
+        self._make(wanted - len(self._making))
+
+    def _make(self, count: int) -> None:
+        for _ in range(count):
+            task = asyncio.ensure_future(self._start())
             self._making.add(task)
             task.add_done_callback(self._made)
 
+    def _fill_when_quiet(self) -> None:
+        if self._top_up is not None:
+            self._top_up.cancel()
+        delay = BUSY_REFILL_AFTER_S if self._taken else REFILL_AFTER_S
+        self._top_up = asyncio.get_running_loop().call_later(delay, self.fill)
+
     async def filled(self) -> None:
-        """Wait until no sandbox is being made (the pool is as full as it gets)."""
+        """Top the pool up now and wait until no sandbox is being made."""
+        self.fill()
         while self._making and not self.closed:
             await asyncio.wait(set(self._making))
 
@@ -68,7 +87,7 @@ class SandboxPool:
             background(sandbox.discard())
         waiter: asyncio.Future[CommandSandbox] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        self.fill()
+        self._make(len(self._waiters) - len(self._making))  # one for each caller waiting
         try:
             sandbox = await waiter
         except asyncio.CancelledError:
@@ -82,11 +101,13 @@ class SandboxPool:
     def release(self, sandbox: CommandSandbox) -> None:
         """The command of ``sandbox`` is over (its processes killed); make the next one."""
         self._taken.discard(sandbox)
-        self.fill()
+        self._fill_when_quiet()
 
     async def close(self) -> None:
         """Refuse new takes; wait for the sandboxes being made; kill every one."""
         self.closed = True
+        if self._top_up is not None:
+            self._top_up.cancel()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -105,7 +126,7 @@ class SandboxPool:
 
     def _hand_out(self, sandbox: CommandSandbox) -> CommandSandbox:
         self._taken.add(sandbox)
-        self.fill()
+        self._fill_when_quiet()
         return sandbox
 
     def _made(self, task: asyncio.Task[CommandSandbox]) -> None:
