@@ -19,7 +19,8 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from tether.guards.sandbox._session import CommandSandbox, background
+from tether.guards.sandbox._aio import background
+from tether.guards.sandbox._session import CommandSandbox
 
 REFILL_AFTER_S = 0.01
 """Time without a command after which the pool is topped up."""

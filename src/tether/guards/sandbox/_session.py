@@ -19,15 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shlex
 import signal
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tether.errors import ConfigError
+from tether.guards.sandbox._aio import (
+    background,
+    data_fd,
+    read_child_pid,
+    wait_readable,
+    write_all,
+)
 from tether.guards.sandbox._cgroup import (
     CgroupSupport,
     CommandCgroup,
@@ -81,7 +87,7 @@ class Holder:
         """Start the holder (in ``cgroup``'s ``holder/`` before it forks, if given)."""
         info_r, info_w = os.pipe()
         tar_r, tar_w = os.pipe()
-        data = [_data_fd(text) for text in (box.passwd, box.group)]
+        data = [data_fd(text) for text in (box.passwd, box.group)]
         child_fds = [info_w, tar_r, *data]
         argv = box.holder_argv(info_fd=info_w, passwd_fd=data[0], group_fd=data[1])
         hold = _HOLD.format(mount=mount_work(box), work=shlex.quote(box.mount_point), fd=tar_r)
@@ -115,7 +121,7 @@ class Holder:
             copying = asyncio.to_thread(write_tree, box.source, box.ignore, tar_w)
             tar_w = -1
             copied = asyncio.ensure_future(copying)
-            pid = await _read_child_pid(info_r)
+            pid = await read_child_pid(info_r)
             pidfd = os.pidfd_open(pid)  # bwrap waits for it: not reaped, not reused
             assert running.process.stdout is not None
             line = await running.process.stdout.readline()
@@ -161,7 +167,7 @@ class Holder:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         self.running.kill_group()
-        await _wait_readable(self.pidfd, _KILL_WAIT_S)  # readable once it has exited
+        await wait_readable(self.pidfd, _KILL_WAIT_S)  # readable once it has exited
         await self.running.wait_exit(_KILL_WAIT_S)
         self.running.transport.close()
         for fd in (self.pidfd, *self.ns_fds):
@@ -199,7 +205,7 @@ class CommandSandbox:
         request_r, request_w = os.pipe()
         info_r, info_w = os.pipe()
         ready_r, ready_w = os.pipe()
-        seccomp_fd = _data_fd(box.seccomp_filter())
+        seccomp_fd = data_fd(box.seccomp_filter())
         child_fds = [request_r, info_w, seccomp_fd, ready_w]
         cgroup = CommandCgroup(cgroups, box.limits) if cgroups.parent is not None else None
         gate_r = gate_w = -1
@@ -260,7 +266,7 @@ class CommandSandbox:
             os.close(fd)
             return False
         try:
-            await _write_all(fd, b"".join(arg.encode() + b"\0" for arg in argv))
+            await write_all(fd, b"".join(arg.encode() + b"\0" for arg in argv))
         except (BrokenPipeError, ConnectionResetError):
             return False
         finally:
@@ -292,7 +298,7 @@ class CommandSandbox:
         if self._scope is not None:
             kill_folder(self._scope)
         if self._pidfd is not None:
-            await _wait_readable(self._pidfd, _KILL_WAIT_S)  # PID 1 exits last of its namespace
+            await wait_readable(self._pidfd, _KILL_WAIT_S)  # PID 1 exits last of its namespace
             os.close(self._pidfd)
             self._pidfd = None
         if self.cgroup is not None:
@@ -322,7 +328,7 @@ class CommandSandbox:
     async def _learn_pid1(self) -> int | None:
         try:
             try:
-                pid = await _read_child_pid(self._info_fd)
+                pid = await read_child_pid(self._info_fd)
             except (OSError, ValueError):
                 return None
             finally:
@@ -335,7 +341,7 @@ class CommandSandbox:
             if self._scoped:
                 self._scope = own_scope_of(pid)
             # the boot script says it is up: the sandbox is made, a command given will start
-            await _wait_readable(self._ready_fd, None)
+            await wait_readable(self._ready_fd, None)
             return pid if os.read(self._ready_fd, 1) == b"." else None
         finally:
             os.close(self._ready_fd)
@@ -344,24 +350,6 @@ class CommandSandbox:
         if self._info_fd >= 0:
             os.close(self._info_fd)
             self._info_fd = -1
-
-
-_BACKGROUND: set[asyncio.Task[None]] = set()
-
-
-def background(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` without waiting for it (kept referenced until it is done)."""
-    task = asyncio.ensure_future(work)
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
-
-
-async def settle() -> None:
-    """Wait for the background removals started so far (cgroups of ended commands) on
-    this event loop."""
-    loop = asyncio.get_running_loop()
-    if pending := {task for task in _BACKGROUND if task.get_loop() is loop}:
-        await asyncio.wait(pending)
 
 
 def mount_work(box: BubblewrapSandbox) -> str:
@@ -376,64 +364,6 @@ def scratch_script(limits: SandboxLimits) -> str:
     """The shell script that mounts a command sandbox's capped scratch space."""
     size = limits.tmp_bytes + limits.shm_bytes + RUN_BYTES
     return _SCRATCH.format(size=size, inodes=limits.scratch_inodes, scratch=SCRATCH)
-
-
-def _data_fd(data: str | bytes) -> int:
-    """A pipe's read end that holds ``data`` (at most a pipe buffer: 64 KiB)."""
-    read, write = os.pipe()
-    try:
-        os.write(write, data.encode() if isinstance(data, str) else data)
-    finally:
-        os.close(write)
-    return read
-
-
-async def _read_child_pid(fd: int) -> int:
-    """The ``child-pid`` bwrap writes to its ``--info-fd`` once the sandbox exists."""
-    buffer = b""
-    while True:
-        await _wait_readable(fd, None)
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise ValueError("bwrap ended before it reported its sandbox")
-        buffer += chunk
-        with contextlib.suppress(ValueError):
-            pid = json.loads(buffer)["child-pid"]
-            if isinstance(pid, int) and pid > 1:
-                return pid
-            raise ValueError("bwrap reported no child pid")
-
-
-async def _wait_readable(fd: int, timeout: float | None) -> None:  # noqa: ASYNC109
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(fd, _resolve, ready)
-    try:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ready, timeout)
-    finally:
-        loop.remove_reader(fd)
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    os.set_blocking(fd, False)
-    loop = asyncio.get_running_loop()
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            ready: asyncio.Future[None] = loop.create_future()
-            loop.add_writer(fd, _resolve, ready)
-            try:
-                await ready
-            finally:
-                loop.remove_writer(fd)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 async def _stderr(running: Running) -> str:
