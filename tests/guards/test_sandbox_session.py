@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tether.errors import ConfigError
 from tether.guards.sandbox import (
     BubblewrapSandbox,
     ExecResult,
@@ -181,6 +182,15 @@ async def test_kernel_memory_stays_under_the_documented_bound(tmp_path: Path, xa
     bound = limits.kernel_memory_bytes(commands=1)
     assert bound == (6000 + 2000) * 2048  # the bound docs/sandbox.md states
     assert report["growth"]["Slab"] < bound, report
+
+
+async def test_a_tree_with_more_files_than_the_cap_is_refused_clearly(tmp_path: Path) -> None:
+    for i in range(60):
+        (tmp_path / f"f{i}").write_text("x")
+    box = BubblewrapSandbox(tmp_path, limits=SandboxLimits(work_inodes=50), uid=BASE_UID + 5)
+    with pytest.raises(ConfigError, match="work_inodes = 50 files and folders"):
+        await box.open()
+    await box.aclose()
 
 
 # --- a burst of calls finds its sandboxes ready ---------------------------------------------

@@ -1,18 +1,21 @@
 """The bubblewrap session: a holder that keeps the work copy, and command sandboxes
-started inside it, one made ready ahead of the next command.
+started inside it ahead of their commands.
 
-The **holder** is a bwrap with only a user and a mount namespace. Its work folder is a
-memory file system capped at ``work_bytes``, filled from a tar stream of the source. No
-command runs in it: it only keeps the copy alive between commands, and gives each
-command sandbox the folders to bind.
+The **holder** is a bwrap with only a user and a mount namespace, root in it with
+``CAP_SYS_ADMIN`` alone, so that it mounts its work folder itself: a memory file system
+capped at ``work_bytes`` and ``work_inodes`` (bwrap cannot pass ``nr_inodes``), filled
+from a tar stream of the source. No command runs in it: it only keeps the copy alive
+between commands, and gives each command sandbox the folders to bind.
 
-A **command sandbox** is entered into the holder's namespaces with ``nsenter`` and is a
-complete, fresh bubblewrap sandbox (its own user, PID, network, IPC, UTS and cgroup
-namespaces, mounts, seccomp filter): each command gets a new one, as before; only the
-copy is shared. It is started ahead of time, waits for its argv on a pipe, and when it
-gets it runs the command; its PID 1 is known (``--info-fd``) and held by a pidfd before
-the command starts, so that when the command ends (or is cancelled, or times out) its
-whole PID namespace, and its cgroup where there is one, is killed.
+A **command sandbox** is entered into the holder's namespaces with ``nsenter``, mounts
+its own capped scratch space (``/tmp``, ``/dev/shm``, ``/run``) in a mount namespace of
+its own, and is a complete, fresh bubblewrap sandbox (its own user, PID, network, IPC,
+UTS and cgroup namespaces, mounts, seccomp filter): each command gets a new one; only
+the copy is shared. It is started ahead of time, says when it is up, waits for its argv
+on a pipe, and when it gets it runs the command; its PID 1 is known (``--info-fd``) and
+held by a pidfd before the command starts, so that when the command ends (or is
+cancelled, or times out) its whole PID namespace, and its cgroup where there is one, is
+killed.
 """
 
 from __future__ import annotations
@@ -377,8 +380,10 @@ async def _stderr(running: Running) -> str:
 
 def _holder_failure(box: BubblewrapSandbox, stderr: str) -> Exception:
     if "No space left on device" in stderr or "Wrote only" in stderr:
+        limits = box.limits
         return ConfigError(
             f"the work tree does not fit in the sandbox's work space (SandboxLimits."
-            f"work_bytes = {box.limits.work_bytes:,} bytes): raise it, or ignore large folders"
+            f"work_bytes = {limits.work_bytes:,} bytes, work_inodes = {limits.work_inodes:,} "
+            "files and folders): raise them, or ignore large folders"
         )
     return SandboxUnavailable(f"bubblewrap could not create the sandbox: {stderr.strip()}")

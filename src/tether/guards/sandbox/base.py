@@ -143,6 +143,7 @@ class ExecResult:
     """Bytes of stdout dropped by the cap, never decoded (the notice in ``stdout`` says it
     too)."""
     stderr_omitted: int = 0
+    """Bytes of stderr dropped by the cap."""
     duration_seconds: float = 0.0
     enforcement: Enforcement | None = None
     """Which caps bound this command (None: the backend does not say)."""

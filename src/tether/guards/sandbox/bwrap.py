@@ -5,8 +5,9 @@ cgroup namespaces, on a read-only minimal root (``/usr`` and a few files of ``/e
 with capped in-memory ``/tmp``, ``/dev/shm`` and ``/run``, the work copy as the only
 other writable folder, no capabilities, a seccomp allowlist and per-process rlimits. The
 work copy lives for the whole session in a memory file system capped at ``work_bytes``
-(see ``_session``); each command's sandbox is made ahead of the command, and everything
-a command starts is killed when it ends. See docs/sandbox.md for why each flag is there.
+and ``work_inodes`` (see ``_session``); command sandboxes are made ahead in a pool (see
+``_pool``), every one tracked until it is gone, and everything a command starts is
+killed when it ends. See docs/sandbox.md for why each flag is there.
 """
 
 from __future__ import annotations
