@@ -51,9 +51,7 @@ def _language(example: CodeExample) -> str:
 
 
 def _python_blocks() -> list[CodeExample]:
-    return [
-        e for e in find_examples(*DOCS) if _language(e) in {"python", "py"}
-    ]
+    return [e for e in find_examples(*DOCS) if _language(e) in {"python", "py"}]
 
 
 def _not_run(example: CodeExample) -> bool:
