@@ -29,7 +29,7 @@ DOC = Path(__file__).parents[1] / "docs" / "workflows.md"
 
 
 def doc_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+    return re.findall(r"```python[^\n]*\n(.*?)```", DOC.read_text(), re.DOTALL)
 
 
 def worked_example() -> dict[str, Any]:

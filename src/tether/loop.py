@@ -299,10 +299,11 @@ class Agent(Generic[DepsT, OutputT]):
         if emit:
             emit(ModelRequest(run.turns, len(run.history)))
         try:
+            options = self._capped(run)
             if self.stream and emit:
-                response = await self._streamed(run, emit)
+                response = await self._streamed(run, emit, options)
             else:
-                response = await self.client.complete(run.history, self.specs, self.options)
+                response = await self.client.complete(run.history, self.specs, options)
         except ContextWindowExceeded as exc:
             return self._finish(run, Outcome("context_exceeded", str(exc)))
         except ProviderError as exc:
@@ -318,9 +319,17 @@ class Agent(Generic[DepsT, OutputT]):
             emit(ModelResponse(run.turns, response))
         return response
 
-    async def _streamed(self, run: _Run, emit: Any) -> ChatResponse:
+    def _capped(self, run: _Run) -> ChatOptions:
+        """The options, asking for no more output than the token budget has left."""
+        allowance = run.budget.output_allowance(run.usage)
+        asked = self.options.max_output_tokens
+        if allowance is None or (asked is not None and asked <= allowance):
+            return self.options
+        return replace(self.options, max_output_tokens=allowance)
+
+    async def _streamed(self, run: _Run, emit: Any, options: ChatOptions) -> ChatResponse:
         final: ChatResponse | None = None
-        async for chunk in self.client.stream(run.history, self.specs, self.options):
+        async for chunk in self.client.stream(run.history, self.specs, options):
             if isinstance(chunk, TextDelta):
                 emit(chunk)
             elif isinstance(chunk, ResponseDone):
@@ -343,6 +352,10 @@ class Agent(Generic[DepsT, OutputT]):
                 run, Outcome("failed", "the model returned an empty reply", error="empty_reply")
             )
         self._append(run, message)
+        over = run.budget.overshoot(run.usage, truncated=stop.truncated)
+        if over is not None:  # the provider reported more than the budget allowed
+            self._answer_unrun(run, "Not executed: the token budget is spent.")
+            return self._finish(run, Outcome("budget_exceeded", over[1], over[0]))
         if stop.truncated:
             self._answer_unrun(run, NOT_RUN_TRUNCATED)
             return self._finish(
