@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tether import Agent, Limits, ScriptedClient, Usage
 from tether.demo import read_order
-from tether.providers.scripted import call_reply, text_reply
+from tether.providers.scripted import call_reply, json_reply, text_reply
 from tether.workflows import Workflow, run_workflow
 
 
@@ -43,7 +43,7 @@ async def test_a_call_in_the_overshooting_reply_is_not_run() -> None:
 
 async def test_a_workflow_overshoot_ends_budget_exceeded() -> None:
     client = ScriptedClient(
-        [text_reply("un", usage=used(20, 5)), text_reply("deux", usage=used(20, 5))]
+        [json_reply("un", usage=used(20, 5)), json_reply("deux", usage=used(20, 5))]
     )
 
     async def body(wf: Workflow) -> str:
@@ -54,4 +54,5 @@ async def test_a_workflow_overshoot_ends_budget_exceeded() -> None:
     result = await run_workflow(client, body, limits=Limits(max_total_tokens=30))
     assert result.outcome.kind == "budget_exceeded"
     assert "50 tokens used of 30" in result.outcome.reason
+    assert [s.name for s in result.steps] == ["str", "str"]
     assert client.requests[1].options.max_output_tokens == 5

@@ -394,7 +394,7 @@ async def run_workflow(
     attributes: dict[str, Any] = {
         genai.OPERATION: WORKFLOW_OPERATION,
         genai.PROVIDER: observe._provider_name(client),
-        genai.AGENT_NAME: label,
+        genai.WORKFLOW_NAME: label,
         genai.CONVERSATION_ID: run_id,
     }
     with tracer.start_as_current_span(
