@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +48,10 @@ ABANDONED = (
     "thread; it may still take effect. Check before doing it again."
 )
 CUT_HINT = "ask for less (a filter, a page) to see the rest"
+
+log = logging.getLogger("tether.tools")
+"""Each tool that raises is logged here at ERROR with its traceback (the model reads only
+``Tool 'x' failed.`` unless ``Limits.detailed_errors``)."""
 
 
 ASK = Ruling("ask", "this tool needs a human's approval", "requires_approval")
@@ -331,7 +336,7 @@ class Invoker:
             return ToolResult(call.id, cap_text(str(exc), limits.max_result_chars), True)
         except TimeoutError as exc:
             if scope is None or not scope.expired():  # the tool's own timeout: a failure
-                return self._failure(call, exc)
+                return self._failure(call, exc, ctx)
             still = (
                 "it is still running in its worker thread and may still take effect"
                 if ctx.in_thread
@@ -344,9 +349,18 @@ class Invoker:
                 is_error=True,
             )
         except Exception as exc:
-            return self._failure(call, exc)
+            return self._failure(call, exc, ctx)
         return ToolResult(call.id, cap_text(text, limits.max_result_chars, CUT_HINT))
 
-    def _failure(self, call: ToolCall, exc: Exception) -> ToolResult:
+    def _failure(self, call: ToolCall, exc: Exception, ctx: RunContext[Any]) -> ToolResult:
+        log.error(
+            "tool %r raised %s (run %s, turn %d, call %s)",
+            call.name,
+            type(exc).__name__,
+            ctx.run_id,
+            ctx.turn,
+            call.id,
+            exc_info=exc,
+        )
         detail = f": {type(exc).__name__}: {exc}" if self._limits.detailed_errors else "."
         return ToolResult(call.id, f"Tool {call.name!r} failed{detail}", is_error=True)

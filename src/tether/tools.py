@@ -486,9 +486,15 @@ def count_sentences(text: str) -> int:
     return count
 
 
+_TYPED = frozenset(
+    {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "items"}
+)
+"""Schema keys that say what a parameter holds; a parameter with none of them is untyped."""
+
+
 def lint(tools: Sequence[Tool]) -> list[LintFinding]:
     """Flag what makes a model call a tool badly: a description under three sentences
-    (say when to use it, what it does not do), an undocumented parameter, a free-form
+    (say when to use it, what it does not do), an untyped or undocumented parameter, a free-form
     string without ``pattern``/``enum`` (which constrained decoding and validation use)."""
     findings: list[LintFinding] = []
     for t in tools:
@@ -504,6 +510,15 @@ def lint(tools: Sequence[Tool]) -> list[LintFinding]:
                 )
             )
         for pname, prop in spec.parameters.get("properties", {}).items():
+            if not (_TYPED & prop.keys()):
+                findings.append(
+                    LintFinding(
+                        spec.name,
+                        "error",
+                        f"parameter {pname!r} has no type: annotate it (its schema is empty, "
+                        "so the model is told nothing and any value passes validation)",
+                    )
+                )
             if not prop.get("description"):
                 findings.append(
                     LintFinding(spec.name, "error", f"parameter {pname!r} is undocumented")
