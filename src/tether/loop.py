@@ -264,6 +264,8 @@ class Agent(Generic[DepsT, OutputT]):
             if stop is not None:
                 return stop
         while True:
+            if run.stop_requested:  # a cancel a tool swallowed still stops the run
+                raise asyncio.CancelledError
             stop = self._check_limits(run)
             if stop is not None:
                 return stop
