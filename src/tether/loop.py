@@ -309,6 +309,8 @@ class Agent(Generic[DepsT, OutputT]):
         except ContextWindowExceeded as exc:
             return self._finish(run, Outcome("context_exceeded", str(exc)))
         except ProviderError as exc:
+            if exc.usage is not None:  # a reply the adapter rejected was still paid for
+                run.usage = run.usage + exc.usage
             return self._finish(run, Outcome("failed", str(exc), error=exc.kind))
         except (InvalidHistoryError, asyncio.CancelledError):
             raise

@@ -331,7 +331,12 @@ class _Metered(DelegatingChatClient):
     ) -> ChatResponse:
         self._workflow._before_request()
         options = self._workflow._capped(options)
-        response = await self.inner.complete(messages, tools, options)
+        try:
+            response = await self.inner.complete(messages, tools, options)
+        except ProviderError as exc:
+            if exc.usage is not None:  # a reply the adapter rejected was still paid for
+                self._workflow._count(exc.usage)
+            raise
         self._workflow._add(response.usage, response.stop_reason.truncated)
         return response
 
