@@ -13,6 +13,7 @@ ENVIRON = {
     "DB_PASS": "correct-horse-battery",
     "DATABASE_URL": "postgresql://app:Tr0ub4dor-pw@db.internal:5432/app",
     "HOME": "/home/user",
+    "PWD": "/srv/app/current",
 }
 GITHUB = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 STRIPE = "rk_live_" + "51HabcdefGHIJKLmnopqrSTUV"
@@ -42,6 +43,10 @@ def test_key_names(redactor: Redactor, key: str) -> None:
         key: "[redacted]",
         "order": "C-1042",
     }
+
+
+def test_the_working_directory_is_not_a_password(redactor: Redactor) -> None:
+    assert redactor.text("log at /srv/app/current/x.log") == "log at /srv/app/current/x.log"
 
 
 def test_ordinary_keys_stay(redactor: Redactor) -> None:

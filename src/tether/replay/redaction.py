@@ -36,6 +36,8 @@ SECRET_NAME = re.compile(
     r"KEY|TOKEN|SECRET|PASS|PWD|CREDENTIAL|AUTH|PRIVATE|DSN|COOKIE", re.IGNORECASE
 )
 """Environment variables whose values are redacted wherever they appear."""
+NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+"""The shell's working directories: named like a password, they are paths."""
 SENSITIVE_FIELD = re.compile(
     r"^(authorization|proxy_authorization|cookie|set_cookie|credentials?|dsn"
     r"|pass|passwd|pwd|.*_pass|.*password|.*secret|.*token"
@@ -88,7 +90,8 @@ class Redactor:
         env = os.environ if environ is None else environ
         named: dict[str, str] = {}
         for name, value in env.items():
-            if SECRET_NAME.search(name) and len(value.strip()) >= _MIN_SECRET:
+            secret_name = SECRET_NAME.search(name) and name.upper() not in NOT_SECRET_NAMES
+            if secret_name and len(value.strip()) >= _MIN_SECRET:
                 named[value] = f"[redacted:{name}]"
             password = _url_password(value)
             if password is not None and len(password) >= 4:
