@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK_TIMEOUT = 180
 MAX_NOT_RUN_SHARE = 0.15
+PYTHON = {"python", "py", "python3", "py3"}
 
 RUNNER = r"""
 import ast, asyncio, json, sys, types
@@ -51,7 +52,7 @@ def _language(example: CodeExample) -> str:
 
 
 def _python_blocks() -> list[CodeExample]:
-    return [e for e in find_examples(*DOCS) if _language(e) in {"python", "py"}]
+    return [e for e in find_examples(*DOCS) if _language(e) in PYTHON]
 
 
 def _not_run(example: CodeExample) -> bool:
