@@ -138,7 +138,7 @@ def replay_command(
     """Replay a recorded run from its cassette alone and print its trace."""
     from tether.errors import ReplayDivergence
     from tether.replay import Cassette, replay_agent_run
-    from tether.replay.trace import check_digests, trace_lines
+    from tether.replay.trace import check_digests, is_agent_run, trace_lines
 
     try:
         cassette = Cassette.load(path)
@@ -147,7 +147,7 @@ def replay_command(
         fail(str(exc), 1)
     except TetherError as exc:
         fail(str(exc))
-    if cassette.meta.get("kind") != "agent":  # a workflow's code is not in its cassette
+    if not is_agent_run(cassette):  # a workflow's code is not in its cassette
         for line in trace_lines(cassette):
             console.print(line, markup=False, highlight=False)
         return

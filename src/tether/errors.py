@@ -64,15 +64,22 @@ class ConfigError(TetherError):
 class ProviderError(TetherError):
     """A model provider failed after its own retries.
 
-    ``kind`` classifies the failure, ``status`` is the HTTP status when there was one.
+    ``kind`` classifies the failure, ``status`` is the HTTP status when there was one,
+    ``usage`` what a reply the adapter rejected had cost (it still counts toward limits).
     """
 
     def __init__(
-        self, message: str, *, kind: ProviderErrorKind = "other", status: int | None = None
+        self,
+        message: str,
+        *,
+        kind: ProviderErrorKind = "other",
+        status: int | None = None,
+        usage: Usage | None = None,
     ) -> None:
         super().__init__(message)
         self.kind: ProviderErrorKind = kind
         self.status = status
+        self.usage = usage
 
     @property
     def retryable(self) -> bool:

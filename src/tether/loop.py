@@ -264,6 +264,8 @@ class Agent(Generic[DepsT, OutputT]):
             if stop is not None:
                 return stop
         while True:
+            if run.stop_requested:  # a cancel a tool swallowed still stops the run
+                raise asyncio.CancelledError
             stop = self._check_limits(run)
             if stop is not None:
                 return stop
@@ -299,13 +301,16 @@ class Agent(Generic[DepsT, OutputT]):
         if emit:
             emit(ModelRequest(run.turns, len(run.history)))
         try:
+            options = self._capped(run)
             if self.stream and emit:
-                response = await self._streamed(run, emit)
+                response = await self._streamed(run, emit, options)
             else:
-                response = await self.client.complete(run.history, self.specs, self.options)
+                response = await self.client.complete(run.history, self.specs, options)
         except ContextWindowExceeded as exc:
             return self._finish(run, Outcome("context_exceeded", str(exc)))
         except ProviderError as exc:
+            if exc.usage is not None:  # a reply the adapter rejected was still paid for
+                run.usage = run.usage + exc.usage
             return self._finish(run, Outcome("failed", str(exc), error=exc.kind))
         except (InvalidHistoryError, asyncio.CancelledError):
             raise
@@ -318,9 +323,17 @@ class Agent(Generic[DepsT, OutputT]):
             emit(ModelResponse(run.turns, response))
         return response
 
-    async def _streamed(self, run: _Run, emit: Any) -> ChatResponse:
+    def _capped(self, run: _Run) -> ChatOptions:
+        """The options, asking for no more output than the token budget has left."""
+        allowance = run.budget.output_allowance(run.usage)
+        asked = self.options.max_output_tokens
+        if allowance is None or (asked is not None and asked <= allowance):
+            return self.options
+        return replace(self.options, max_output_tokens=allowance)
+
+    async def _streamed(self, run: _Run, emit: Any, options: ChatOptions) -> ChatResponse:
         final: ChatResponse | None = None
-        async for chunk in self.client.stream(run.history, self.specs, self.options):
+        async for chunk in self.client.stream(run.history, self.specs, options):
             if isinstance(chunk, TextDelta):
                 emit(chunk)
             elif isinstance(chunk, ResponseDone):
@@ -343,6 +356,10 @@ class Agent(Generic[DepsT, OutputT]):
                 run, Outcome("failed", "the model returned an empty reply", error="empty_reply")
             )
         self._append(run, message)
+        over = run.budget.overshoot(run.usage, truncated=stop.truncated)
+        if over is not None:  # the provider reported more than the budget allowed
+            self._answer_unrun(run, "Not executed: the token budget is spent.")
+            return self._finish(run, Outcome("budget_exceeded", over[1], over[0]))
         if stop.truncated:
             self._answer_unrun(run, NOT_RUN_TRUNCATED)
             return self._finish(

@@ -25,6 +25,7 @@ from tether._workers import run_in_worker
 from tether.errors import InvalidArguments, ToolDefinitionError
 from tether.messages import ToolCall, Usage
 from tether.rulings import ALLOW, Ruling
+from tether.serial_keys import SerialSpec, serial_argument
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -38,9 +39,9 @@ destroys, or reads credentials. Policies decide on it."""
 ArgRole: TypeAlias = Literal["counterparty", "object", "content", "credential"]
 """What an argument is: who the action reaches (recipient, URL, account, phone), the thing
 acted on, free text sent out, or a secret."""
-Serial: TypeAlias = bool | str | None
-"""``True``: the tool's calls never overlap; an argument name: calls with the same value of
-that argument never overlap; ``None``/``False``: calls may run concurrently."""
+Serial: TypeAlias = SerialSpec
+"""What ``serial=`` accepts (:mod:`tether.serial_keys`): ``True``, an argument name shared
+by every tool declaring it, a :class:`~tether.serial_keys.Serial` resource, or ``None``."""
 _NO_ROLES: Mapping[str, ArgRole] = {}
 
 
@@ -280,8 +281,9 @@ def declare(
             raise ToolDefinitionError(f"tool {tool.name}: role given for unknown argument {arg!r}")
         if role not in typing.get_args(ArgRole):
             raise ToolDefinitionError(f"tool {tool.name}: unknown role {role!r} for {arg!r}")
-    if isinstance(serial, str) and serial not in params:
-        raise ToolDefinitionError(f"tool {tool.name}: serial names unknown argument {serial!r}")
+    argument = serial_argument(serial)
+    if argument is not None and argument not in params:
+        raise ToolDefinitionError(f"tool {tool.name}: serial names unknown argument {argument!r}")
     tool.effect = effect
     tool.roles = dict(roles or {})
     tool.third_party = tuple(third_party)
@@ -486,9 +488,15 @@ def count_sentences(text: str) -> int:
     return count
 
 
+_TYPED = frozenset(
+    {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "items"}
+)
+"""Schema keys that say what a parameter holds; a parameter with none of them is untyped."""
+
+
 def lint(tools: Sequence[Tool]) -> list[LintFinding]:
     """Flag what makes a model call a tool badly: a description under three sentences
-    (say when to use it, what it does not do), an undocumented parameter, a free-form
+    (say when to use it, what it does not do), an untyped or undocumented parameter, a free-form
     string without ``pattern``/``enum`` (which constrained decoding and validation use)."""
     findings: list[LintFinding] = []
     for t in tools:
@@ -504,6 +512,15 @@ def lint(tools: Sequence[Tool]) -> list[LintFinding]:
                 )
             )
         for pname, prop in spec.parameters.get("properties", {}).items():
+            if not (_TYPED & prop.keys()):
+                findings.append(
+                    LintFinding(
+                        spec.name,
+                        "error",
+                        f"parameter {pname!r} has no type: annotate it (its schema is empty, "
+                        "so the model is told nothing and any value passes validation)",
+                    )
+                )
             if not prop.get("description"):
                 findings.append(
                     LintFinding(spec.name, "error", f"parameter {pname!r} is undocumented")
