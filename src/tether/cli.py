@@ -178,6 +178,17 @@ def lint_command(
         raise typer.Exit(1)
 
 
+@app.command("state-key")
+def state_key_command(
+    key_id: Annotated[str, typer.Option("--id", help="The new key's id.")] = "",
+) -> None:
+    """Print a fresh run-state key as TETHER_STATE_KEYS text (put it in front of the keys
+    in use to rotate them)."""
+    from tether.state_seal import StateKeys
+
+    typer.echo(StateKeys.generate(key_id or None).dumps())
+
+
 def add_plugin_commands() -> None:
     """Add the commands other packages register under the ``tether.commands`` entry-point
     group (the support desk adds ``serve`` and ``desk``): a typer app becomes a command

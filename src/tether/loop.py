@@ -141,9 +141,12 @@ class Agent(Generic[DepsT, OutputT]):
         self.policy = policy
         self.state_keys = resolve_keys(state_key)
         self.state_migrations = dict(state_migrations or {})
-        self.fingerprint = agent_fingerprint(self.tools.values(), policy)
+
+    @property
+    def fingerprint(self) -> str:
         """What this agent's states are bound to: its tools' names, schemas, effects, roles
         and approvals, and its policy (:func:`~tether.state_seal.agent_fingerprint`)."""
+        return agent_fingerprint(self.tools.values(), self.policy)
 
     # --- public entry points ------------------------------------------------------------
 

@@ -219,7 +219,6 @@ def agent_fingerprint(tools: Iterable[Any], policy: Any = None) -> str:
             "roles": dict(t.roles),
             "third_party": list(t.third_party),
             "approval": bool(t.requires_approval),
-            "kind": f"{type(t).__module__}.{type(t).__qualname__}",
         }
         for t in sorted(tools, key=lambda t: str(t.name))
     ]
