@@ -83,7 +83,7 @@ async def test_a_resume_cancelled_after_the_claim_can_be_resumed_with_the_same_k
         agent = state_worker.agent(["done"])
         inner = agent.tools["refund"]
 
-        async def stuck(arguments: Any, ctx: Any) -> str:
+        async def stuck(arguments: Any, ctx: Any, started: asyncio.Event = started) -> str:
             state_worker.calls.append(ctx.idempotency_key)
             started.set()
             await asyncio.sleep(3600)
