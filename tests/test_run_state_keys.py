@@ -86,7 +86,7 @@ async def test_without_a_key_a_state_resumes_here_and_cannot_leave(
     await memory.save(first.state)
     done = await agent.resume(first.state, approvals(first.state), store=memory)
     assert done.outcome.kind == "completed"
-    with pytest.raises(StateError, match="seal does not match|not configured"):  # another agent
+    with pytest.raises(StateError, match=r"seal does not match|not configured"):  # another agent
         await state_worker.agent().resume(first.state, approvals(first.state))
 
 
@@ -95,7 +95,7 @@ async def test_unsealed_states_only_with_the_loudly_named_opt_in() -> None:
     data = {**json.loads(state.to_json()), "format": 2, "seal": ""}
     del data["agent"]
     text = json.dumps(data)
-    with pytest.raises(StateError, match="not sealed|seal does not match"):
+    with pytest.raises(StateError, match=r"not sealed|seal does not match"):
         await state_worker.agent().resume(text, approvals(state))
     agent = state_worker.agent(["done"], keys=INSECURE_UNSEALED_STATES_FOR_TESTS)
     assert repr(agent.state_keys) == "INSECURE_UNSEALED_STATES_FOR_TESTS"

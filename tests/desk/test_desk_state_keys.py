@@ -13,9 +13,10 @@ from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_o
 
 from tether.errors import StateError
 from tether.state_seal import KEYS_ENV
+from tether_desk.agent import refund_agent
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, resume
-from tether_desk.pipeline import Desk, process_ticket
+from tether_desk.pipeline import Desk, load_scope, process_ticket
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
 from tether_desk.state_keys import key_file
@@ -57,11 +58,8 @@ async def test_the_key_is_made_at_first_start_beside_the_database_and_seals_its_
         )
     state = await db.state_store().load(approval.run_id)
     assert state is not None
+    agent = refund_agent(desk.client, db, load_scope(db, tid))
     with pytest.raises(StateError, match="seal does not match"):
-        from tether_desk.agent import refund_agent
-        from tether_desk.pipeline import load_scope
-
-        agent = refund_agent(desk.client, db, load_scope(db, tid))
         await agent.resume(state, [p.approve() for p in state.pending])
     claimed = claim_decision(desk, approval.id, staff_id(db), approve=True)
     await resume(desk, claimed)
