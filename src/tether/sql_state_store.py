@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.errors import StateError
-from tether.messages import message_from_dict
+from tether.messages import Message, message_from_dict
 from tether.run_state import RunState, message_text
 from tether.state_seal import chain
 from tether.state_store import LEASE_SECONDS, Lease, lost, new_lease
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SqlStateStore"]
 T = TypeVar("T")
+CACHED_RUNS = 256
+"""Runs whose messages a store keeps parsed, so loading one reads only its new messages."""
 
 
 class SqlStateStore:
@@ -61,6 +65,8 @@ class SqlStateStore:
             Column("state", Text, nullable=False),
         )
         self._inline = _in_memory_sqlite(engine)
+        self._cache: OrderedDict[str, tuple[str, tuple[Message, ...]]] = OrderedDict()
+        self._cache_lock = threading.Lock()
         _create_tables(meta, engine)
 
     # --- the protocol -------------------------------------------------------------------
@@ -142,26 +148,58 @@ class SqlStateStore:
         """:meth:`load` on the caller's connection (in its transaction, if one is open)."""
         from sqlalchemy import select
 
-        h, m = self._heads.c, self._messages.c
+        h = self._heads.c
         row = conn.execute(select(h.length, h.state, h.status).where(h.run_id == run_id)).first()
         if row is None or row.status == "ended":
             return None
+        known, start = self._known(run_id, row.length)  # our own copy of its first messages
+        try:
+            state = self._read(conn, run_id, row, known, start)
+        except StateError:
+            if not known:
+                raise
+            state = self._read(conn, run_id, row, (), "")  # a copy of a save rolled back
+        self._remember(run_id, state.transcript_digest()[1], state.transcript)
+        return state
+
+    def _read(
+        self, conn: Connection, run_id: str, row: Any, known: tuple[Message, ...], start: str
+    ) -> RunState:
+        from sqlalchemy import select
+
+        m = self._messages.c
         texts = list(
             conn.execute(
                 select(m.message)
-                .where(m.run_id == run_id, m.position < row.length)
+                .where(m.run_id == run_id, m.position >= len(known), m.position < row.length)
                 .order_by(m.position)
             ).scalars()
         )
-        digest = (len(texts), chain(texts))
+        digest = (len(known) + len(texts), chain(texts, start))
         try:
             record = json.loads(row.state)
-            transcript = [message_from_dict(json.loads(t)) for t in texts]
+            transcript = [*known, *(message_from_dict(json.loads(t)) for t in texts)]
         except (ValueError, TypeError, RecursionError) as exc:
             raise StateError(f"cannot read stored run state of {run_id!r}: {exc}") from None
         return RunState.from_record(record, transcript, digest)
 
     # --- helpers ------------------------------------------------------------------------
+
+    def _remember(self, run_id: str, digest: str, transcript: tuple[Message, ...]) -> None:
+        with self._cache_lock:
+            self._cache[run_id] = (digest, transcript)
+            self._cache.move_to_end(run_id)
+            while len(self._cache) > CACHED_RUNS:
+                self._cache.popitem(last=False)
+
+    def _known(self, run_id: str, length: int) -> tuple[tuple[Message, ...], str]:
+        """The messages of ``run_id`` this store saved or loaded itself (at most
+        ``length``) and their chain: verified once, never read from the database again."""
+        with self._cache_lock:
+            cached = self._cache.get(run_id)
+        if cached is None or len(cached[1]) > length:
+            return (), ""
+        return cached[1], cached[0]
 
     def _head(self, conn: Connection, run_id: str) -> Any:
         from sqlalchemy import select
@@ -198,6 +236,7 @@ class SqlStateStore:
                     for i, text in enumerate(texts)
                 ],
             )
+        self._remember(state.run_id, state.transcript_digest()[1], state.transcript)
 
     @staticmethod
     def _values(state: RunState, record: str) -> dict[str, Any]:
