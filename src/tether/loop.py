@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Generic
@@ -41,6 +41,7 @@ from tether.limits import Budget, Limits
 from tether.messages import TOO_DEEP, Message, Text, ToolCall, ToolResult, Usage, within_depth
 from tether.outcomes import NO_VALUE, Outcome, RunResult
 from tether.rulings import CallPolicy
+from tether.run_handle import RunHandle
 from tether.run_state import (
     Decision,
     Migration,
@@ -579,49 +580,6 @@ class Agent(Generic[DepsT, OutputT]):
                 listener(event)
 
         return emit
-
-
-class RunHandle:
-    """A run started with :meth:`Agent.start`. ``await handle`` gives its
-    :class:`RunResult`; :meth:`cancel` stops it and that result is then ``cancelled``, with
-    the transcript closed truthfully. Cancelling the awaiting task still raises there."""
-
-    __slots__ = ("_run", "task")
-
-    def __init__(self, run: _Run, task: asyncio.Future[RunResult]) -> None:
-        self._run = run
-        self.task = task
-
-    @property
-    def run_id(self) -> str:
-        """The run's id."""
-        return self._run.run_id
-
-    def cancel(self) -> bool:
-        """Ask the run to stop; ``False`` if it has already ended."""
-        if self.task.done():
-            return False
-        self._run.stop_requested = True
-        return self.task.cancel()
-
-    def done(self) -> bool:
-        """Whether the run has ended."""
-        return self.task.done()
-
-    def __await__(self) -> Generator[Any, None, RunResult]:
-        return self._result().__await__()
-
-    async def _result(self) -> RunResult:
-        try:
-            return await self.task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            outside = current is not None and current.cancelling() > 0
-            if not self._run.stop_requested or not self.task.cancelled() or outside:
-                raise
-            run = self._run  # stopped before the loop began: nothing ran
-            outcome = Outcome("cancelled", "the run was cancelled before it started")
-            return RunResult(outcome, tuple(run.history), run.usage, run.turns, run.run_id)
 
 
 def _merge_metadata(metadata: dict[str, Any], outcome: TurnOutcome) -> None:
