@@ -33,7 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tether.errors import StateError
+from tether.errors import StateClaimed, StateError
 from tether.run_state import RunState
 
 if TYPE_CHECKING:
@@ -95,17 +95,17 @@ def new_lease(run_id: str, sequence: int, seconds: float) -> Lease:
     return Lease(run_id, sequence, secrets.token_hex(16), time.time() + seconds)
 
 
-def lost(lease: Lease) -> StateError:
+def lost(lease: Lease) -> StateClaimed:
     """The error of a resume whose lease was taken over."""
-    return StateError(
+    return StateClaimed(
         f"the claim on state {lease.run_id}:{lease.sequence} was lost (it expired and another "
         "resume took it); this resume's outcome was not stored"
     )
 
 
-def not_current(run_id: str, sequence: int) -> StateError:
+def not_current(run_id: str, sequence: int) -> StateClaimed:
     """The error of a claim that lost."""
-    return StateError(
+    return StateClaimed(
         f"state {run_id}:{sequence} was already resumed or is being resumed; load the run's "
         "latest state"
     )

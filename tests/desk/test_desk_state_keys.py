@@ -62,7 +62,7 @@ async def test_the_key_is_made_at_first_start_beside_the_database_and_seals_its_
     with pytest.raises(StateError, match="seal does not match"):
         await agent.resume(state, [p.approve() for p in state.pending])
     claimed = claim_decision(desk, approval.id, staff_id(db), approve=True)
-    await resume(desk, claimed)
+    assert await resume(desk, claimed) == "failed"  # visible to staff, nothing refunded
     assert refunds_by_order(db) == {}
 
 
