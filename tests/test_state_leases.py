@@ -203,3 +203,28 @@ def test_processes_creating_the_tables_at_once_all_succeed(tmp_path: Path) -> No
     while not errors.empty():
         found.append(errors.get())
     assert found == []
+
+
+async def test_a_running_resume_renews_its_lease() -> None:
+    store = MemoryStateStore(lease_seconds=0.3)
+    state = await stored_run(store)
+    agent = state_worker.agent(["done"])
+    inner = agent.tools["refund"]
+    original = inner.invoke
+
+    async def slow(arguments: Any, ctx: Any) -> str:
+        await asyncio.sleep(1.0)  # three lease lengths
+        return await original(arguments, ctx)
+
+    inner.invoke = slow  # type: ignore[method-assign]
+    task = asyncio.ensure_future(agent.resume(state, approvals_of(state), store=store))
+    for _ in range(4):
+        await asyncio.sleep(0.2)
+        assert await store.claim(state.run_id, state.version) is None  # still held
+    result = await task
+    assert result.outcome.kind == "completed"
+    assert await store.load(state.run_id) is None
+
+
+def approvals_of(state: RunState) -> list[Any]:
+    return [p.approve() for p in state.pending]
