@@ -8,8 +8,10 @@ SQLite file through ``SqlStateStore``, median of several repeats:
 - first save: the run's first state (every message is new: it grows with N);
 - next save: the state after one more approval round (two new messages) stored under the
   resume's lease; the target is that it costs what changed, not the run's length;
-- load: reading the state back (its messages are parsed: it grows with N; the hash chain
-  is computed over the stored text, the history is not re-checked);
+- load: reading the state back with the store that saved it (it keeps the run's messages
+  parsed and reads only new ones);
+- cold load: the same from a fresh store, as another process would (every message is read,
+  hashed as stored and parsed: it grows with N; the history is not re-checked);
 - verify: ``Agent.resume``'s check of a loaded state (seal, agent, pending calls);
 - from_json: reading the state from JSON text (seal over every message, then parse).
 """
@@ -67,7 +69,8 @@ def agent(messages: int) -> Agent[None]:
 
 
 async def measure(messages: int, folder: Path) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in ("first", "next", "load", "verify", "json")}
+    names = ("first", "next", "load", "cold", "verify", "json")
+    times: dict[str, list[float]] = {k: [] for k in names}
     clock = time.perf_counter
     for i in range(REPEATS):
         store = SqlStateStore(create_engine(f"sqlite:///{folder / f'{messages}-{i}.db'}"))
@@ -83,6 +86,10 @@ async def measure(messages: int, folder: Path) -> dict[str, float]:
         assert got is not None
         open_state(got, a.state_keys, a.fingerprint)
         t3 = clock()
+        cold_store = SqlStateStore(store.engine)
+        c0 = clock()
+        assert await cold_store.load(first.run_id) == got
+        cold = clock() - c0
         text = state.to_json()
         t4 = clock()
         RunState.from_json(text, keys=KEYS)
@@ -94,7 +101,9 @@ async def measure(messages: int, folder: Path) -> dict[str, float]:
         t6 = clock()
         await store.finish(lease, nxt.state)
         t7 = clock()
-        for key, seconds in zip(times, (t1 - t0, t7 - t6, t2 - t1, t3 - t2, t5 - t4), strict=True):
+        for key, seconds in zip(
+            times, (t1 - t0, t7 - t6, t2 - t1, cold, t3 - t2, t5 - t4), strict=True
+        ):
             times[key].append(seconds)
     return {k: statistics.median(v) * 1000 for k, v in times.items()}
 
@@ -107,7 +116,8 @@ async def main() -> None:
     labels = {
         "first": "first save (all messages new)",
         "next": "next save under the lease (2 new messages)",
-        "load": "load (parse every message)",
+        "load": "load by the store that saved it",
+        "cold": "cold load (another process: parse every message)",
         "verify": "verify a loaded state at resume",
         "json": "from_json (seal over every message)",
     }
