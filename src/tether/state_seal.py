@@ -93,6 +93,8 @@ class StateKeys:
                 raise ConfigError(
                     f"state key id {key_id!r} must be 1-64 letters, digits, '_', '.' or '-'"
                 )
+            if portable and key_id.startswith(EPHEMERAL_PREFIX):
+                raise ConfigError(f"state key ids starting {EPHEMERAL_PREFIX!r} are reserved")
             raw = secret.encode() if isinstance(secret, str) else bytes(secret)
             if len(raw) < MIN_SECRET:
                 raise ConfigError(
@@ -148,6 +150,8 @@ class StateKeys:
     def dumps(self) -> str:
         """The ring as ``TETHER_STATE_KEYS`` text. It holds the secrets: write it only
         where the key belongs (a file readable by the service alone, a secret store)."""
+        if not self.portable or self.unsealed:
+            raise ConfigError(NO_KEY)
         return ",".join(f"{k}:{v.decode('latin-1')}" for k, v in self._keys.items())
 
     @property
