@@ -139,3 +139,20 @@ def test_no_secret_in_reprs_or_errors() -> None:
     with pytest.raises(StateError) as caught:
         ring.verify("k1:00", b"body")
     assert secret not in str(caught.value)
+
+
+async def test_a_legacy_state_is_resealed_only_on_purpose() -> None:
+    from tether.run_state import reseal_legacy
+
+    state = await paused(None)
+    agent = state_worker.agent(["done"])
+    old = json.loads(state.to_json())
+    del old["seal"], old["agent"]
+    old["format"] = 2
+    with pytest.raises(StateError, match=r"not sealed|seal does not match"):
+        await agent.resume(json.dumps(old), approvals(state))
+    with pytest.raises(StateError, match="only a state of format 1 or 2"):
+        reseal_legacy(state.to_json(), agent.state_keys, agent.fingerprint)
+    resealed = reseal_legacy(json.dumps(old), agent.state_keys, agent.fingerprint)
+    done = await agent.resume(resealed.to_json(), approvals(resealed))
+    assert done.outcome.kind == "completed"

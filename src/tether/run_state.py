@@ -45,6 +45,7 @@ __all__ = [
     "check_decisions",
     "message_text",
     "open_state",
+    "reseal_legacy",
 ]
 
 STATE_FORMAT = 3
@@ -323,6 +324,22 @@ def open_state(
     if not state.pending:
         raise StateError(f"run {state.run_id} is not awaiting approval")
     return state
+
+
+def reseal_legacy(text: str | bytes, keys: StateKeys, fingerprint: str) -> RunState:
+    """A state of format 1 or 2 (made before states were sealed) sealed now, for the agent of
+    ``fingerprint``: an operator's one-off upgrade of states kept where nobody else could
+    write. Everything but the seal is checked as for any state; trust comes from the caller."""
+    from tether.state_seal import INSECURE_UNSEALED_STATES_FOR_TESTS as unsealed
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise StateError(f"cannot read run state: not JSON ({exc})") from None
+    if not isinstance(data, Mapping) or data.get("format", 1) not in (1, 2):
+        raise StateError("only a state of format 1 or 2 can be resealed")
+    state = RunState.from_dict(data, keys=unsealed)
+    return replace(state, agent=fingerprint, seal="").sealed(keys)
 
 
 def check_decisions(state: RunState, decisions: Iterable[Decision]) -> dict[str, Decision]:
