@@ -34,8 +34,9 @@ from sqlalchemy import create_engine
 from _report import machine, write_section
 from tether import Agent, Limits
 from tether.providers.scripted import ScriptedClient, call_reply
-from tether.run_state import RunState, open_state
+from tether.run_state import RunState
 from tether.sql_state_store import SqlStateStore
+from tether.state_gate import open_state
 from tether.state_seal import StateKeys
 from tether.tools import tool
 

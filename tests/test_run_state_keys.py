@@ -142,7 +142,7 @@ def test_no_secret_in_reprs_or_errors() -> None:
 
 
 async def test_a_legacy_state_is_resealed_only_on_purpose() -> None:
-    from tether.run_state import reseal_legacy
+    from tether.state_gate import reseal_legacy
 
     state = await paused(None)
     agent = state_worker.agent(["done"])

@@ -42,14 +42,8 @@ from tether.messages import TOO_DEEP, Message, Text, ToolCall, ToolResult, Usage
 from tether.outcomes import NO_VALUE, Outcome, RunResult
 from tether.rulings import CallPolicy
 from tether.run_handle import RunHandle
-from tether.run_state import (
-    Decision,
-    Migration,
-    PendingApproval,
-    RunState,
-    check_decisions,
-    open_state,
-)
+from tether.run_state import Decision, PendingApproval, RunState
+from tether.state_gate import Migration, check_decisions, open_state
 from tether.state_seal import StateKeys, agent_fingerprint, resolve_keys
 from tether.state_store import StateStore, leased
 from tether.structured import OutputType
