@@ -154,6 +154,7 @@ async def test_an_old_state_or_a_forged_sequence_or_run_id_is_refused(
             await agent.resume(json.dumps(data), [state.pending[1].approve()], store=store)
     assert await store.claim(state.run_id, 99) is None
     assert await store.claim("another-run", 1) is None
+    assert await store.claim(state.run_id, 2) is not None  # refused ones claimed nothing
     assert state_worker.calls == [f"{state.run_id}:{state.pending[0].call_id}"]
 
 
