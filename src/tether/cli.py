@@ -126,6 +126,17 @@ def serve_local_command(
         fail(str(exc))
 
 
+@app.command("state-key")
+def state_key_command(
+    key_id: Annotated[str, typer.Option("--id", help="The new key's id.")] = "",
+) -> None:
+    """Print a fresh run-state key as TETHER_STATE_KEYS text (put it in front of the keys
+    in use to rotate them)."""
+    from tether.state_seal import StateKeys
+
+    typer.echo(StateKeys.generate(key_id or None).dumps())
+
+
 @app.command("replay")
 def replay_command(
     path: Annotated[str, typer.Argument(help="A cassette recorded by tether (JSON).")],
@@ -176,17 +187,6 @@ def lint_command(
     )
     if n_errors:
         raise typer.Exit(1)
-
-
-@app.command("state-key")
-def state_key_command(
-    key_id: Annotated[str, typer.Option("--id", help="The new key's id.")] = "",
-) -> None:
-    """Print a fresh run-state key as TETHER_STATE_KEYS text (put it in front of the keys
-    in use to rotate them)."""
-    from tether.state_seal import StateKeys
-
-    typer.echo(StateKeys.generate(key_id or None).dumps())
 
 
 def add_plugin_commands() -> None:
