@@ -131,6 +131,17 @@ def serve_local_command(
         fail(str(exc))
 
 
+@app.command("state-key")
+def state_key_command(
+    key_id: Annotated[str, typer.Option("--id", help="The new key's id.")] = "",
+) -> None:
+    """Print a fresh run-state key as TETHER_STATE_KEYS text (put it in front of the keys
+    in use to rotate them)."""
+    from tether.state_seal import StateKeys
+
+    typer.echo(StateKeys.generate(key_id or None).dumps())
+
+
 @app.command("replay")
 def replay_command(
     path: Annotated[str, typer.Argument(help="A cassette recorded by tether (JSON).")],

@@ -321,7 +321,7 @@ async def traced_resume(
     from tether.outcomes import RunState
 
     if isinstance(state, str):
-        state = RunState.from_json(state)
+        state = RunState.from_json(state, keys=agent.state_keys)
     async with _agent_span(agent, name, description, state.run_id, tracer_provider) as span:
         result = await agent.resume(state, decisions, **resume_kwargs)
         _finish_run(span, agent, result, capture_content)

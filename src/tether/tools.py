@@ -75,6 +75,12 @@ class RunContext(Generic[DepsT]):
     in_thread: bool = False
     """True while the call's sync function runs in its worker thread (set by the tool)."""
 
+    @property
+    def idempotency_key(self) -> str:
+        """``run_id:call_id``: the same for a call in every resume and retry of its run;
+        pass it to the service an irreversible tool calls, which must do a key once."""
+        return f"{self.run_id}:{self.call.id if self.call is not None else ''}"
+
     def report_usage(self, usage: Usage) -> None:
         """Add tokens spent inside the tool (a sub-agent, a summariser) to the run's usage,
         so that the run's budget and result account for them."""

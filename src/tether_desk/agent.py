@@ -214,6 +214,7 @@ def refund_agent(
         options=ChatOptions(max_output_tokens=512),
         deps=AgentDeps(db, scope, approved_by),
         listeners=listeners,
+        state_key=db.state_keys(),
     )
 
 

@@ -9,6 +9,7 @@ Only typer is imported here; the desk's dependencies load when a command runs, s
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -81,6 +82,17 @@ def _open(
     return db, client, triage, seed(db) if seed_it else False
 
 
+def _state_key_place(database: object) -> str:
+    """Where the key sealing the run states comes from, for the start-up lines."""
+    from tether.state_seal import KEYS_ENV
+    from tether_desk.state_keys import key_file
+
+    if os.environ.get(KEYS_ENV):
+        return f"the keys in ${KEYS_ENV}"
+    path = key_file(database.url)  # type: ignore[attr-defined]
+    return f"the key in {path}" if path else "a key of this process alone"
+
+
 def serve_command(
     db: Annotated[str, typer.Option("--db", help=DB_HELP)] = DEFAULT_DB,
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
@@ -110,6 +122,7 @@ def serve_command(
     app = create_app(desk) if workers == 1 else None
     where = db if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
+    typer.echo(f"states:   sealed with {_state_key_place(database)}")
     typer.echo(f"runs:     {runs}")
     typer.echo(f"console:  http://{host}:{port}/   (Ctrl-C stops it)")
     typer.echo("demo accounts:")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import bindparam, select, update
 
-from tether.errors import StateError
+from tether.errors import StateClaimed, StateError
 from tether.messages import Usage
 from tether.outcomes import Decision
 from tether_desk.agent import refund_agent
@@ -137,9 +137,10 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
 
     The state comes from the runtime's state store and is claimed there, so it is resumed
     once: a second resume of the same state changes nothing. ``replay`` (recovery after a
-    stop) resumes without claiming; the ledger's key keeps the refund to one. On a durable
-    desk the run waits on a worker: the decision is sent to it (again, for ``replay``: a
-    run applies it once)."""
+    stop) resumes without the claim when the stopped process still holds it; the ledger's
+    key keeps the refund to one. A state that does not verify fails the ticket, visibly.
+    On a durable desk the run waits on a worker: the decision is sent to it (again, for
+    ``replay``: a run applies it once)."""
     if desk.runs is not None:
         await desk.runs.deliver(claimed.decision)
         desk.changed(claimed.ticket_id)
@@ -170,11 +171,22 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
         desk.client, desk.db, scope, [recorder, *desk.listeners], approved_by=approver
     )
     try:
-        result = await agent.resume(state, [claimed.decision], store=None if replay else store)
+        try:
+            result = await agent.resume(state, [claimed.decision], store=store)
+        except StateClaimed:
+            if not replay:
+                raise
+            # the stopped process's claim has not expired yet: the ledger's key keeps the
+            # refund to one
+            result = await agent.resume(state, [claimed.decision])
         await settle(desk, scope, recorder, result)
-    except StateError as exc:  # already resumed by someone else: nothing to do
+    except StateClaimed as exc:  # resumed by someone else: nothing to do
         log.info("approval %s: %s", claimed.approval_id, exc)
         recorder.flush()
+    except StateError as exc:  # a stored state that does not verify: never run, say so
+        log.error("approval %s: its run state was refused: %s", claimed.approval_id, exc)
+        recorder.finish("failed", f"the stored run state was refused: {exc}", Usage())
+        set_status(desk.db, claimed.ticket_id, "failed")
     except Exception:
         log.exception("resuming the run of approval %s failed", claimed.approval_id)
         recorder.finish("failed", "the run could not be resumed", Usage())

@@ -235,7 +235,7 @@ class Flow:
     async def approval(self, waiting: dict[str, Any]) -> str:
         scope = TicketScope(**waiting["scope"])
         self.ticket_id = scope.ticket_id
-        state = RunState.from_json(waiting["state"])
+        state = RunState.from_json(waiting["state"], keys=self.db.state_keys())
         p = next(p for p in state.pending if p.call_id == waiting["call_id"])
         recorder = ReplayableRecorder(
             self.db, state.run_id, scope.ticket_id, "refund", seq=waiting["seq"]
