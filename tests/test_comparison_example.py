@@ -18,4 +18,4 @@ async def test_the_tether_refund_agent_refuses_an_edited_state() -> None:
     naive = await main("naive")
     assert "refused" in naive and paid == []
     consistent = await main("consistent")
-    assert "refused: the decision for call" in consistent and paid == []
+    assert "seal does not match" in consistent and paid == []

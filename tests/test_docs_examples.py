@@ -18,12 +18,15 @@ and the traceback points into the Markdown file.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from pytest_examples import CodeExample, find_examples
+
+from tether.state_seal import KEYS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -83,6 +86,9 @@ def _where(example: CodeExample) -> str:
 BLOCKS = _python_blocks()
 RUN = [b for b in BLOCKS if not _not_run(b)]
 
+# A block runs as a reader would run it: without the run-state key the tests share.
+READER_ENV = {k: v for k, v in os.environ.items() if k != KEYS_ENV}
+
 
 @pytest.mark.parametrize("example", RUN, ids=_where)
 def test_block_runs(example: CodeExample, tmp_path: Path) -> None:
@@ -97,6 +103,7 @@ def test_block_runs(example: CodeExample, tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             cwd=tmp_path,
+            env=READER_ENV,
             timeout=BLOCK_TIMEOUT,
         )
     except subprocess.TimeoutExpired:

@@ -4,7 +4,8 @@ An approver sees the refund of 89.90 and approves it; the run state then leaves 
 process (a queue, a database, a form field). Run as is, then with the stored state edited
 to refund 8,999.90, naively (the amount only) and consistently (the amount and the hash
 that travels beside it): tether refuses both edited states and pays nothing, because the
-human's decision binds the hash of the arguments that were shown.
+state is sealed with a key the application holds (HMAC over every byte), and the human's
+decision binds the hash of the arguments that were shown.
 """
 
 import asyncio
@@ -14,8 +15,10 @@ from tether import Agent, ScriptedClient, tool
 from tether.errors import StateError
 from tether.outcomes import arguments_hash
 from tether.providers.scripted import call_reply, text_reply
+from tether.state_seal import StateKeys
 
 ORDERS = {"C-1042": 89.90}
+KEYS = StateKeys.generate()  # in production: TETHER_STATE_KEYS, or `tether state-key`
 PAID: list[float] = []
 
 
@@ -63,7 +66,12 @@ def tamper(state_json: str, consistent: bool) -> str:
 
 async def main(tampered: str = "") -> str:
     PAID.clear()
-    agent = Agent(model(), [read_order, refund], instructions="You are a support agent.")
+    agent = Agent(
+        model(),
+        [read_order, refund],
+        instructions="You are a support agent.",
+        state_key=KEYS,  # the application's key: the state leaves the process sealed
+    )
     result = await agent.run("Please refund order C-1042, it arrived broken.")
     shown = [(p.tool, dict(p.arguments)) for p in result.pending]  # the approval screen
     decisions = [p.approve() for p in result.pending]  # the human approves what was shown

@@ -234,15 +234,20 @@ async def pending_state(
 
 
 async def send_decisions(
-    workflow_id: str, decisions: Iterable[Decision], *, client: DBOSClient | None = None
+    workflow_id: str,
+    decisions: Iterable[Decision],
+    *,
+    client: DBOSClient | None = None,
+    keys: StateKeys | None = None,
 ) -> None:
     """Deliver decisions to a run waiting for them, running or not (a run whose worker
-    is down receives them when it recovers).
+    is down receives them when it recovers); its state's seal is verified with ``keys``
+    (default ``TETHER_STATE_KEYS``).
 
     Raises :class:`~tether.errors.StateError` when the run is not waiting or a decision
     does not match one of its pending calls (the run would ignore it)."""
     decisions = list(decisions)
-    state = await pending_state(workflow_id, client=client)
+    state = await pending_state(workflow_id, client=client, keys=keys)
     if state is None:
         raise StateError(f"run {workflow_id} is not waiting for decisions")
     pending = {p.call_id: p for p in state.pending}
