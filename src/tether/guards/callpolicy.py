@@ -26,12 +26,14 @@ stops after ``max_prompts`` prompts in a run: further asks are denied, and said 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether._workers import run_in_worker
 from tether.guards.instructions import INSTRUCTION_KINDS, INSTRUCTION_REASONS, flag_instructions
 from tether.guards.normalize import (
     decodings,
@@ -53,6 +55,8 @@ OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructi
 NAMED: frozenset[str] = frozenset({"user", "application"})
 _CONTENT_KINDS = frozenset({"email", "url", "iban"})
 _MAX_FLAGS = 200
+LARGE_RESULT = 8_000
+"""Results longer than this (characters) are read in a worker thread, off the event loop."""
 KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
 
 
@@ -101,6 +105,7 @@ class ProvenancePolicy:
 
     async def rule(self, tool: Tool, call: ToolCall, ctx: RunContext[Any]) -> Ruling:
         """One ruling for ``call``, computed before it runs."""
+        await self.settle(ctx)
         store = ProvenanceStore.of(ctx)
         findings = [f async for f in self._findings(tool, call, ctx, store)]
         details = self._details(tool, call, ctx, store)
@@ -126,7 +131,10 @@ class ProvenancePolicy:
         return Ruling("ask", reason, asks[0].rule, details)
 
     def record(self, tool: Tool, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> None:
-        """After a call ran: remember an approval it had, and record what it returned."""
+        """After a call ran: remember an approval it had, and record what it returned.
+
+        A result longer than :data:`LARGE_RESULT` (and any result after one, to keep their
+        order) is queued and read off the event loop before the next ruling."""
         store = ProvenanceStore.of(ctx)
         asked = store.data.get("asked", {})
         if call.id in asked:
@@ -134,7 +142,26 @@ class ProvenancePolicy:
             granted.extend(k for k in asked.pop(call.id) if k not in granted)
         if result.is_error:
             return
-        _record_result(store, tool, result.content)
+        source = _Source(tool.name, tool.effect, tuple(tool.third_party))
+        if store.data.get("pending") or len(result.content) > LARGE_RESULT:
+            store.data.setdefault("pending", []).append([*source.to_list(), result.content])
+            return
+        _record_result(store, source, result.content)
+
+    async def settle(self, ctx: RunContext[Any]) -> None:
+        """Read the queued results of ``ctx``'s run in a worker thread (called by
+        :meth:`rule`; concurrent rulings wait for the same reading)."""
+        memo = ctx.memo
+        store = ProvenanceStore(memo)
+        if not store.data.get("pending"):
+            return
+        key = id(memo)
+        task = _SETTLING.get(key)
+        if task is None or task.done():
+            task = asyncio.ensure_future(_settle(store))
+            _SETTLING[key] = task
+            task.add_done_callback(lambda _: _SETTLING.pop(key, None))
+        await asyncio.shield(task)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -316,7 +343,44 @@ def _object_origin(store: ProvenanceStore, text: str) -> str:
 # --- recording results ---------------------------------------------------------------------
 
 
-def _record_result(store: ProvenanceStore, tool: Tool, content: str) -> None:
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """What :func:`_record_result` needs of a tool (plain data: it is queued in the memo)."""
+
+    name: str
+    effect: str | None
+    third_party: tuple[str, ...]
+
+    def to_list(self) -> list[Any]:
+        return [self.name, self.effect, list(self.third_party)]
+
+    @classmethod
+    def from_list(cls, data: Sequence[Any]) -> _Source:
+        return cls(str(data[0]), data[1], tuple(data[2]))
+
+
+_SETTLING: dict[int, asyncio.Future[None]] = {}
+
+
+async def _settle(store: ProvenanceStore) -> None:
+    """Read queued results in a worker thread into a scratch store, then merge it here (on
+    the event loop), until the queue is empty."""
+    while store.data.get("pending"):
+        batch = list(store.data["pending"])
+        scratch = await run_in_worker(_read_batch, batch=batch)
+        store.merge(scratch)
+        del store.data["pending"][: len(batch)]
+    store.data.pop("pending", None)
+
+
+def _read_batch(batch: list[list[Any]]) -> ProvenanceStore:
+    scratch = ProvenanceStore({})
+    for item in batch:
+        _record_result(scratch, _Source.from_list(item[:3]), str(item[3]))
+    return scratch
+
+
+def _record_result(store: ProvenanceStore, tool: _Source, content: str) -> None:
     source = tool.name
     if tool.effect == "credential":
         store.add_text(content, "credential", source)

@@ -28,10 +28,11 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from tether.errors import ConfigError, ToolFailure
 from tether.guards.approval import ApprovalRequest, Approver, ask, refusal
+from tether.guards.linear import LinearPattern, compile_linear, finditer
 from tether.guards.normalize import strings_in
 from tether.labels import label, read_label
 from tether.messages import Message
@@ -46,12 +47,12 @@ __all__ = [
     "untrusted",
 ]
 
-DEFAULT_PATTERNS: tuple[str, ...] = (
+DEFAULT_PATTERNS: tuple[str, ...] = (  # linear-time (RE2); a group, when any, is the value
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",  # e-mail address
     r"(?:\bhttps?://|\bwww\.)[^\s\"'<>]+",  # URL, with a scheme or www.
     r"\b[A-Za-z]{2}\d{2}(?:[ -]?[A-Za-z0-9]{4}){2,7}(?:[ -]?[A-Za-z0-9]{1,3})?\b",  # IBAN
     r"\b[A-Za-z]{1,6}-\d{2,}\b",  # identifier: order C-2210, ticket T-17
-    r"(?<![\d.])\d{6,}(?!\d)",  # long number, also after a country code: account, phone
+    r"(?:^|[^\d.])(\d{6,})",  # long number, also after a country code: account, phone
     r"(?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]+)+",  # path with at least two segments
 )
 _TRAILING = ".,;:!?)]}'\""
@@ -78,7 +79,7 @@ class TaintTracker:
         trusted: Iterable[str] = (),
         max_runs: int = 1024,
     ) -> None:
-        self._patterns = [re.compile(p) for p in patterns]
+        self._patterns = [_compile(p) for p in patterns]
         self._max_runs = max_runs
         self._tainted: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._trusted: dict[str, set[str]] = {}
@@ -92,8 +93,8 @@ class TaintTracker:
         punctuation)."""
         found = set()
         for pattern in self._patterns:
-            for match in pattern.finditer(text):
-                token = _canonical(match.group().rstrip(_TRAILING).lower())
+            for hit in finditer(pattern, text if _is_linear(pattern) else text[:_SLOW_SCAN]):
+                token = _canonical(hit.rstrip(_TRAILING).lower())
                 if token:
                     found.add(token)
         return found
@@ -152,6 +153,22 @@ class TaintTracker:
         else:
             self._tainted.move_to_end(run_id)
         return seen
+
+
+_SLOW_SCAN = 8_000
+"""Characters read by a pattern RE2 cannot run (look-around, back-references), which runs
+on Python's backtracking engine instead."""
+
+
+def _compile(pattern: str) -> LinearPattern:
+    try:
+        return compile_linear(pattern)
+    except ValueError:
+        return cast(LinearPattern, re.compile(pattern))
+
+
+def _is_linear(pattern: LinearPattern) -> bool:
+    return not isinstance(pattern, re.Pattern)
 
 
 _IBAN = re.compile(r"[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?")

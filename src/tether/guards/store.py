@@ -143,6 +143,20 @@ class ProvenanceStore:
                 if how not in _BLIND or plausible(v):
                     self._put(v.key, origin, source, how)
 
+    def merge(self, other: ProvenanceStore) -> None:
+        """Add what ``other`` recorded after what this store holds (first sightings kept)."""
+        for key, (origin, source, how) in other.data["values"].items():
+            self._put(key, origin, source, how)
+        for key, origins in other.data.get("also", {}).items():
+            also = self.data.setdefault("also", {}).setdefault(key, [])
+            also.extend(o for o in origins if o not in also)
+        texts = self.data["texts"]
+        texts.extend(other.data["texts"][: max(0, _MAX_TEXTS - len(texts))])
+        for name in ("flags", "warnings"):
+            if other.data.get(name):
+                mine = self.data.setdefault(name, [])
+                mine.extend(e for e in other.data[name] if e not in mine)
+
     # --- looking up ----------------------------------------------------------------------
 
     def seen(self, key: str) -> Seen | None:
