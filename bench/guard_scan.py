@@ -65,7 +65,7 @@ def read_once(text: str) -> float:
     policy.begin([Message.user("Summarise my mail")], ctx)
     content = json.dumps({"body": text})
     started = time.perf_counter()
-    _record_result(ProvenanceStore.of(ctx), _Source(read_mail.name, "read", ("body",)), content)
+    _record_result(ProvenanceStore.of(ctx), _Source.of(read_mail), content)
     TaintTracker().tokens(content)
     return time.perf_counter() - started
 

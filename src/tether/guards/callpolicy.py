@@ -43,6 +43,7 @@ from tether.guards.normalize import (
     value_keys,
     values,
 )
+from tether.guards.objects import mentioned_by_third_party, object_kind, record_objects, trace
 from tether.guards.store import UNTRUSTED, ProvenanceStore, Seen
 from tether.labels import read_label
 from tether.messages import Message, Text, ToolCall, ToolResult
@@ -142,7 +143,7 @@ class ProvenancePolicy:
             granted.extend(k for k in asked.pop(call.id) if k not in granted)
         if result.is_error:
             return
-        source = _Source(tool.name, tool.effect, tuple(tool.third_party))
+        source = _Source.of(tool)
         if store.data.get("pending") or len(result.content) > LARGE_RESULT:
             store.data.setdefault("pending", []).append([*source.to_list(), result.content])
             return
@@ -178,6 +179,43 @@ class ProvenancePolicy:
             answer = await answer
         return answer is True
 
+    def _object(self, tool: Tool, name: str, text: str, store: ProvenanceStore) -> _Finding | None:
+        """The object rule: an object the user did not name asks once third-party text was
+        read (whatever that text says), or when it was never seen as an id of its kind."""
+        kind = object_kind(tool, name)
+        found = trace(store, text, kind)
+        if found is not None and found.kind in ("user", "user_record"):
+            return None
+        effect = tool.effect
+        what = f"{kind} {text!r}" if kind else repr(text)
+        mentioned = mentioned_by_third_party(store, text)
+        task = f"task|{effect}|{kind or name}"
+        if found is not None and not mentioned and task in store.data.get("granted", ()):
+            return None  # this task's objects of this kind were approved once
+        keys = (*_grant_keys(tool, name, text), *(() if mentioned or not found else (task,)))
+        if mentioned or store.read_third_party:
+            rule = (
+                "provenance.object_after_instructions"
+                if _instructed(store)
+                else "provenance.object"
+            )
+            why = (
+                f"which {_object_origin(store, text)}"
+                if mentioned or found is None
+                else "which the user did not name, chosen after third-party text was read "
+                "in this run"
+            )
+            return _Finding("ask", rule, name, f"{effect} action on {name} {what}, {why}", keys)
+        if found is None:
+            return _Finding(
+                "ask",
+                "provenance.object",
+                name,
+                f"{effect} action on {name} {what}, which {_object_origin(store, text, kind)}",
+                keys,
+            )
+        return None
+
     async def _findings(
         self, tool: Tool, call: ToolCall, ctx: RunContext[Any], store: ProvenanceStore
     ) -> Any:
@@ -187,8 +225,11 @@ class ProvenancePolicy:
             role = tool.roles.get(name)
             outward = effect == "communicate" or role in ("counterparty", "content")
             for text in strings_in(value):
-                named = store.trusted(text) if role in ("counterparty", "object") else None
+                named = store.trusted(text) if role == "counterparty" else None
                 is_named = named is not None and named.origin in NAMED
+                if role == "object":
+                    found = trace(store, text, object_kind(tool, name))
+                    is_named = found is not None and found.kind != "system"
                 known = False
                 if outward:
                     leak = store.untrusted(text, {"credential"}) or (
@@ -220,30 +261,12 @@ class ProvenancePolicy:
                         name,
                         f"{name} {text!r} was not given by the user or the application "
                         f"({_origin(store, text)})",
-                        _grant_keys(text),
+                        _grant_keys(tool, name, text),
                     )
-                by_user = named is not None and named.origin == "user"
-                if role == "object" and effect in self.object_effects and not by_user:
-                    first = store.first(text)
-                    clean = first is not None and not store.mentioned_by(text)
-                    if clean and _instructed(store):
-                        yield _Finding(
-                            "ask",
-                            "provenance.object_after_instructions",
-                            name,
-                            f"{effect} action on {name} {text!r}, which the user did not name, "
-                            "after third-party text that reads like instructions",
-                            _grant_keys(text),
-                        )
-                    elif not clean:
-                        yield _Finding(
-                            "ask",
-                            "provenance.object",
-                            name,
-                            f"{effect} action on {name} {text!r}, which "
-                            f"{_object_origin(store, text)}",
-                            _grant_keys(text),
-                        )
+                if role == "object" and effect in self.object_effects:
+                    finding = self._object(tool, name, text, store)
+                    if finding is not None:
+                        yield finding
                 if side and role == "content":
                     for v in _content_values(text):
                         if store.trusted(v) is None and not await self._known(v, ctx):
@@ -253,7 +276,7 @@ class ProvenancePolicy:
                                 name,
                                 f"{name} carries {v!r}, which did not come from the user, "
                                 f"the application or a system of record ({_origin(store, v)})",
-                                _grant_keys(v),
+                                _grant_keys(tool, name, v),
                             )
                 if side and role == "credential":
                     named = store.trusted(text)
@@ -263,7 +286,7 @@ class ProvenancePolicy:
                             "provenance.credential_argument",
                             name,
                             f"{name} is a credential the user did not give",
-                            _grant_keys(text),
+                            _grant_keys(tool, name, text),
                         )
 
     def _details(
@@ -298,8 +321,13 @@ def _short(value: Any) -> Any:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def _grant_keys(text: str) -> tuple[str, ...]:
-    return tuple(sorted(k for k in value_keys(text) if not k.startswith(("host:", "tail:"))))
+def _grant_keys(tool: Tool, argument: str, text: str) -> tuple[str, ...]:
+    """What an approval of ``text`` in ``argument`` unlocks: the same value, in the same
+    role, for the same tool and effect (never another tool or another role)."""
+    role = tool.roles.get(argument) or argument
+    scope = f"{tool.name}|{tool.effect}|{role}|"
+    keys = (k for k in value_keys(text) if not k.startswith(("host:", "tail:")))
+    return tuple(sorted(scope + k for k in keys))
 
 
 def _content_values(text: str) -> list[str]:
@@ -331,13 +359,15 @@ def _origin(store: ProvenanceStore, text: str) -> str:
     return "not seen in this run: written by the model"
 
 
-def _object_origin(store: ProvenanceStore, text: str) -> str:
+def _object_origin(store: ProvenanceStore, text: str, kind: str | None = None) -> str:
     hits = store.untrusted(text)
     if hits:
         return f"came from {_describe(hits)}"
+    if mentioned_by_third_party(store, text):
+        return "third-party text also mentions"
     if store.first(text) is None:
         return "was never seen in this run"
-    return "third-party text also mentions"
+    return f"was never seen as the id of a {kind}" if kind else "the user did not name"
 
 
 # --- recording results ---------------------------------------------------------------------
@@ -350,13 +380,19 @@ class _Source:
     name: str
     effect: str | None
     third_party: tuple[str, ...]
+    kinds: Mapping[str, str]
+    secret: tuple[str, ...]
 
     def to_list(self) -> list[Any]:
-        return [self.name, self.effect, list(self.third_party)]
+        return [self.name, self.effect, list(self.third_party), dict(self.kinds), list(self.secret)]
 
     @classmethod
     def from_list(cls, data: Sequence[Any]) -> _Source:
-        return cls(str(data[0]), data[1], tuple(data[2]))
+        return cls(str(data[0]), data[1], tuple(data[2]), dict(data[3]), tuple(data[4]))
+
+    @classmethod
+    def of(cls, tool: Tool) -> _Source:
+        return cls(tool.name, tool.effect, tuple(tool.third_party), tool.kinds, tool.secret)
 
 
 _SETTLING: dict[int, asyncio.Future[None]] = {}
@@ -376,7 +412,7 @@ async def _settle(store: ProvenanceStore) -> None:
 def _read_batch(batch: list[list[Any]]) -> ProvenanceStore:
     scratch = ProvenanceStore({})
     for item in batch:
-        _record_result(scratch, _Source.from_list(item[:3]), str(item[3]))
+        _record_result(scratch, _Source.from_list(item[:-1]), str(item[-1]))
     return scratch
 
 
@@ -411,6 +447,13 @@ def _record_result(store: ProvenanceStore, tool: _Source, content: str) -> None:
             later.append((path, text))
         else:
             store.add_value(text, "system", f"{source}: {path}" if path else source)
+    record_objects(
+        store,
+        doc,
+        lambda path: tool.effect is not None and not _under(path, paths),
+        tool.kinds,
+        source,
+    )
     for path, text in later:  # system fields first: the same result names them first
         where = f"{source}: {path}" if path else source
         store.add_text(text, "third_party", where)

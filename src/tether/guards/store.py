@@ -33,6 +33,7 @@ from tether.guards.normalize import (
     value_keys,
     values,
 )
+from tether.guards.objects import record_request, third_party_tokens
 from tether.tools import RunContext
 
 __all__ = ["MEMO_KEY", "TRUSTED", "Origin", "ProvenanceStore", "Seen"]
@@ -99,6 +100,15 @@ class ProvenanceStore:
             if origin not in also:
                 also.append(origin)
 
+    def add_seen(self, key: str, origin: str, source: str) -> None:
+        """Record one key (``obj:file:13``, ``tok:13``) as seen with ``origin``."""
+        self._put(key, origin, source)
+
+    @property
+    def read_third_party(self) -> bool:
+        """Whether the run has read any third-party text so far."""
+        return bool(self.data.get("third_party_read") or self.data.get("flags"))
+
     def add_value(self, value: str, origin: Origin, source: str) -> None:
         """Record one field value: its whole folded text and the values inside it."""
         if len(value) <= 200:
@@ -110,6 +120,11 @@ class ProvenanceStore:
         words and short phrases it names; for untrusted text, what copy checks need."""
         self.add_value(text, origin, source)
         words = _WORD.findall(fold(text))
+        if origin == "user":
+            record_request(self, text)
+        elif origin == "third_party":
+            self.data["third_party_read"] = True
+            third_party_tokens(self, text, origin, source)
         if origin in TRUSTED:
             for token in fold(text).split():
                 self._put(f"text:{token.strip(_PUNCT)}", origin, source)
@@ -152,6 +167,12 @@ class ProvenanceStore:
             also.extend(o for o in origins if o not in also)
         texts = self.data["texts"]
         texts.extend(other.data["texts"][: max(0, _MAX_TEXTS - len(texts))])
+        if other.data.get("third_party_read"):
+            self.data["third_party_read"] = True
+        for name in ("links", "owners"):
+            for key, items in other.data.get(name, {}).items():
+                mine = self.data.setdefault(name, {}).setdefault(key, [])
+                mine.extend(i for i in items if i not in mine)
         for name in ("flags", "warnings"):
             if other.data.get(name):
                 mine = self.data.setdefault(name, [])
