@@ -6,7 +6,9 @@
 :class:`~tether.guards.store.ProvenanceStore`), and returns one
 :class:`~tether.rulings.Ruling` per call. The rules, from the strictest:
 
-* **deny, never approvable**: a value read through a credential-class tool in an outward
+* **deny, never approvable**: a secret (a ``secret`` result field, or anything a
+  ``credential`` tool returned) in any argument of any call, whole, spaced, or split into
+  pieces among other numbers; a value read through a credential-class tool in an outward
   argument (any argument of a ``communicate`` tool, a counterparty or content argument of
   any tool); with ``scoped=True``, a counterparty or object the user, the application
   or its registry did not name, so no approval can unlock it;
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +59,7 @@ OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructi
 NAMED: frozenset[str] = frozenset({"user", "application"})
 _CONTENT_KINDS = frozenset({"email", "url", "iban"})
 _MAX_FLAGS = 200
+_LOG = logging.getLogger("tether.guards")
 LARGE_RESULT = 8_000
 """Results longer than this (characters) are read in a worker thread, off the event loop."""
 KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
@@ -231,6 +235,16 @@ class ProvenancePolicy:
                     found = trace(store, text, object_kind(tool, name))
                     is_named = found is not None and found.kind != "system"
                 known = False
+                secret = store.leaks(text) if effect != "credential" else None
+                if secret is not None:
+                    yield _Finding(
+                        "deny",
+                        "provenance.credential",
+                        name,
+                        f"{name} carries a secret or credential ({secret.source}), whole, "
+                        "spaced or in pieces; it can never be sent out",
+                    )
+                    continue
                 if outward:
                     leak = store.untrusted(text, {"credential"}) or (
                         store.copied(text, {"credential"})
@@ -306,9 +320,11 @@ class ProvenancePolicy:
             }
         flags = store.data.get("flags", [])
         chosen = [f for f in flags if f[0] in sources] or flags[-5:]
+        warnings = store.data.get("warnings", [])
         return {
             "effect": tool.effect,
             "arguments": arguments,
+            **({"warnings": warnings[-5:]} if warnings else {}),
             "flags": [
                 {"source": f[0], "quote": f[1], "reason": f[2], **({"kind": f[3]} if f[3:] else {})}
                 for f in chosen[:20]
@@ -418,9 +434,26 @@ def _read_batch(batch: list[list[Any]]) -> ProvenanceStore:
 
 def _record_result(store: ProvenanceStore, tool: _Source, content: str) -> None:
     source = tool.name
-    if tool.effect == "credential":
-        store.add_text(content, "credential", source)
-        return
+    doc = _json(content)
+    secret = tuple(p.strip(".") for p in tool.secret) or (
+        ("*",) if tool.effect == "credential" else ()
+    )
+    if secret:
+        if doc is None:  # plain text: all of it, when the tool reads credentials
+            if tool.effect == "credential":
+                store.add_secret(content, source)
+                store.add_text(content, "credential", source)
+                return
+        else:
+            for path, text in _fields(doc, ""):
+                where = f"{source}: {path}" if path else source
+                if _under(path, secret):
+                    store.add_secret(text, where)
+                    store.add_text(text, "credential", where)
+                elif tool.effect == "credential":
+                    store.add_value(text, "system", where)
+            if tool.effect == "credential":
+                return
     mark = read_label(content)
     if mark is not None:
         inner = _label_content(content)
@@ -429,12 +462,10 @@ def _record_result(store: ProvenanceStore, tool: _Source, content: str) -> None:
         if origin == "third_party":
             _flag(store, inner, mark.source)
         return
-    try:
-        doc = json.loads(content)
-    except ValueError:
-        doc = None
     if doc is None or not isinstance(doc, dict | list):
         if tool.effect is None or tool.third_party:  # undeclared or unreadable: fail closed
+            if tool.effect is not None:
+                _warn(store, source, content)
             store.add_text(content, "third_party", source)
             _flag(store, content, source)
         else:
@@ -443,6 +474,8 @@ def _record_result(store: ProvenanceStore, tool: _Source, content: str) -> None:
     paths = tuple(p.strip(".") for p in tool.third_party)
     later: list[tuple[str, str]] = []
     for path, text in _fields(doc, ""):
+        if secret and _under(path, secret):
+            continue
         if tool.effect is None or _under(path, paths):
             later.append((path, text))
         else:
@@ -460,6 +493,29 @@ def _record_result(store: ProvenanceStore, tool: _Source, content: str) -> None:
         _flag(store, text, where)
 
 
+def _json(content: str) -> Any:
+    try:
+        doc = json.loads(content)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict | list) else None
+
+
+def _warn(store: ProvenanceStore, source: str, content: str) -> None:
+    """Field provenance could not be read (not JSON, or JSON cut by the result cap): the
+    whole result counts as third-party text, and the approver and the log are told."""
+    cut = "characters omitted" in content[-200:]
+    why = "was cut by the result cap" if cut else "is not JSON"
+    text = (
+        f"{source}: the result {why}, so its fields cannot be told apart; "
+        "all of it counts as third-party text"
+    )
+    warnings = store.data.setdefault("warnings", [])
+    if text not in warnings and len(warnings) < 50:
+        warnings.append(text)
+        _LOG.warning(text)
+
+
 def _label_content(content: str) -> str:
     try:
         inner = json.loads(content)["content"]
@@ -471,6 +527,8 @@ def _label_content(content: str) -> str:
 def _fields(node: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(node, Mapping):
         for k, v in node.items():
+            if str(k).strip():
+                yield path, str(k)  # a key is a value too (of the mapping's field)
             yield from _fields(v, f"{path}.{k}" if path else str(k))
     elif isinstance(node, list):
         for v in node:

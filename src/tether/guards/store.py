@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -49,6 +50,33 @@ _MAX_NGRAMS = 4_000
 _WORD = re.compile(r"[^\W_]+")
 _BLIND = ("reversed", "rot13")
 _PUNCT = ".,;:!?()[]{}'\"«»"
+
+
+SECRET_WINDOW = 12
+"""A secret leaks when this many of its consecutive letters or digits (all of it, when it is
+shorter) appear in an argument, whatever separates them there."""
+_MIN_SECRET = 6
+_MAX_SECRETS = 64
+_DIGIT_RUNS = re.compile(r"\d+")
+
+
+def _stretch(secret: str, text: str) -> bool:
+    n = min(len(secret), SECRET_WINDOW)
+    return any(secret[i : i + n] in text for i in range(len(secret) - n + 1))
+
+
+def _assembled(secret: str, pieces: list[str]) -> bool:
+    """Whether ``secret`` is the concatenation of some of ``pieces``, in order (pieces of
+    two characters or more; others in between are skipped)."""
+    at = 0
+    for piece in pieces:
+        if len(piece) >= 2 and secret.startswith(piece, at):
+            at += len(piece)
+            if at == len(secret):
+                return True
+        elif piece and secret in piece:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +186,35 @@ class ProvenanceStore:
                 if how not in _BLIND or plausible(v):
                     self._put(v.key, origin, source, how)
 
+    def add_secret(self, text: str, source: str) -> None:
+        """Record one secret field (a card number, a code, a key) for :meth:`leaks`."""
+        d, c = digits(text), compact(text)
+        secrets = self.data.setdefault("secrets", [])
+        if (len(d) >= _MIN_SECRET or len(c) >= _MIN_SECRET) and len(secrets) < _MAX_SECRETS:
+            entry = {"source": source, "digits": d[:512], "compact": c[:512]}
+            if entry not in secrets:
+                secrets.append(entry)
+
+    def leaks(self, value: str) -> Seen | None:
+        """The secret ``value`` carries, however it is spaced, split or interleaved with
+        other numbers: a long enough stretch of it (:data:`SECRET_WINDOW` characters, or
+        all of a shorter one), or all of it put together from pieces in order."""
+        if not self.data.get("secrets"):
+            return None
+        d, c = digits(value), compact(value)
+        digit_runs = _DIGIT_RUNS.findall(unicodedata.normalize("NFKC", value))
+        word_runs = [compact(w) for w in fold(value).split()]
+        for secret in self.data["secrets"]:
+            sd, sc = secret["digits"], secret["compact"]
+            hit = (len(sd) >= _MIN_SECRET and (_stretch(sd, d) or _assembled(sd, digit_runs))) or (
+                len(sc) >= _MIN_SECRET
+                and sc != sd
+                and (_stretch(sc, c) or _assembled(sc, word_runs))
+            )
+            if hit:
+                return Seen(f"secret:{secret['source']}", "credential", secret["source"])
+        return None
+
     def merge(self, other: ProvenanceStore) -> None:
         """Add what ``other`` recorded after what this store holds (first sightings kept)."""
         for key, (origin, source, how) in other.data["values"].items():
@@ -167,6 +224,10 @@ class ProvenanceStore:
             also.extend(o for o in origins if o not in also)
         texts = self.data["texts"]
         texts.extend(other.data["texts"][: max(0, _MAX_TEXTS - len(texts))])
+        for entry in other.data.get("secrets", ()):
+            secrets = self.data.setdefault("secrets", [])
+            if entry not in secrets and len(secrets) < _MAX_SECRETS:
+                secrets.append(entry)
         if other.data.get("third_party_read"):
             self.data["third_party_read"] = True
         for name in ("links", "owners"):
