@@ -14,16 +14,21 @@
   or its registry did not name, so no approval can unlock it;
 * **ask** (``strict=True``: deny): on a call with a side effect, a counterparty that did not
   come from the user, the application or its registry (``known_counterparty``);
-* **ask**: a ``money`` or ``destructive`` action (``object_effects``) on an object the user
-  did not name that was first seen in third-party text, mentioned by one, or never seen;
-* **ask**: such an action on any object the user did not name, once third-party text in the
-  run reads like instructions (:func:`~tether.guards.instructions.flag_instructions`);
+* **ask**: a ``money``, ``destructive`` or ``write`` action (``object_effects``) on an
+  object the user did not name (:mod:`tether.guards.objects`: a whole token of the request,
+  not a word of a date, or the one record the request describes) once third-party text
+  was read in the run, whatever that text says; before that, on an object never seen as an
+  id of its kind. The instruction detector only adds flags for the approver;
 * **ask**: content that carries a link, address or account number that is not from the
-  user, the application or a system-of-record field;
+  user, the application or a system-of-record field, or that copies third-party text (six
+  words in a row, or all of a short text);
 * **ask**: a credential argument that the user or the application did not give.
 
-An approval granted in a run is remembered for the same counterparty and object. Asking
-stops after ``max_prompts`` prompts in a run: further asks are denied, and said so.
+An approval granted in a run is remembered for the same value in the same role of the same
+tool (and effect), never for another tool; approving an object the agent found by its own
+reads also approves, for this run, the other objects of that kind its reads found ("this
+task"), except those third-party text mentions. Asking stops after ``max_prompts`` prompts
+in a run: further asks are denied, and said so.
 """
 
 from __future__ import annotations
@@ -90,8 +95,12 @@ class ProvenancePolicy:
     registry: nothing else can be approved."""
     max_prompts: int | None = 5
     """Most approval prompts in one run; past it, a call that would ask is denied."""
-    object_effects: frozenset[str] = frozenset({"money", "destructive"})
-    """Effects whose objects must not come from third-party text."""
+    object_effects: frozenset[str] = frozenset({"money", "destructive", "write"})
+    """Effects whose objects must be traced to the user's request, the application or a
+    system of record (see :mod:`tether.guards.objects`)."""
+    content_effects: frozenset[str] = OUTWARD
+    """Effects whose content arguments must not copy third-party text
+    (:meth:`~tether.guards.store.ProvenanceStore.copied_from`)."""
 
     # --- CallPolicy ----------------------------------------------------------------------
 
@@ -292,6 +301,17 @@ class ProvenancePolicy:
                                 f"the application or a system of record ({_origin(store, v)})",
                                 _grant_keys(tool, name, v),
                             )
+                if side and role == "content" and effect in self.content_effects:
+                    copied = store.copied_from(text)
+                    if copied:
+                        yield _Finding(
+                            "ask",
+                            "provenance.copied",
+                            name,
+                            f"{name} copies text written by a third party "
+                            f"({', '.join(dict.fromkeys(copied))})",
+                            _grant_keys(tool, name, text),
+                        )
                 if side and role == "credential":
                     named = store.trusted(text)
                     if named is None or named.origin not in NAMED:

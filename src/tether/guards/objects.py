@@ -88,7 +88,8 @@ def record_request(store: ProvenanceStore, text: str) -> None:
     data["request"] = (data.get("request", "") + " " + _words(text))[-8_000:]
 
 
-def _named_phrase(store: ProvenanceStore, phrase: str) -> bool:
+def named_phrase(store: ProvenanceStore, phrase: str) -> bool:
+    """Whether ``phrase`` is a whole phrase of the user's request."""
     words = _words(phrase)
     request = store.data.get("request", "")
     return bool(words) and f" {words} " in f" {request} "
@@ -180,13 +181,13 @@ def trace(store: ProvenanceStore, value: str, kind: str | None) -> Trace | None:
     if not key:
         return None
     if " " in fold(value).strip():
-        if _named_phrase(store, value):
+        if named_phrase(store, value):
             return Trace("user", value)
     elif key in store.data.get("user_tokens", ()):
         return Trace("user", value)
     owners = store.data.get("owners", {})
     for phrase in store.data.get("links", {}).get(key, ()):
-        if owners.get(_words(phrase)) == [key] and _named_phrase(store, phrase):
+        if owners.get(_words(phrase)) == [key] and named_phrase(store, phrase):
             return Trace("user_record", phrase)  # the one record the request describes
     whole = store.seen(f"text:{fold(value)}")
     if whole is not None and whole.origin == "application":

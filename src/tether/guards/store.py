@@ -34,16 +34,32 @@ from tether.guards.normalize import (
     value_keys,
     values,
 )
-from tether.guards.objects import record_request, third_party_tokens
+from tether.guards.objects import named_phrase, record_request, third_party_tokens
 from tether.tools import RunContext
 
-__all__ = ["MEMO_KEY", "TRUSTED", "Origin", "ProvenanceStore", "Seen"]
+__all__ = [
+    "COPY_MIN_CHARS",
+    "COPY_MIN_WORDS",
+    "MEMO_KEY",
+    "SECRET_WINDOW",
+    "TRUSTED",
+    "WINDOW",
+    "Origin",
+    "ProvenanceStore",
+    "Seen",
+]
 
 Origin = Literal["user", "application", "system", "third_party", "credential"]
 TRUSTED: frozenset[str] = frozenset({"user", "application", "system"})
 UNTRUSTED: frozenset[str] = frozenset({"third_party", "credential"})
 MEMO_KEY = "tether.provenance"
 WINDOW = 6
+"""Words in a copy window: content that shares this many consecutive words with
+third-party text is a copy of it."""
+COPY_MIN_WORDS = 3
+COPY_MIN_CHARS = 16
+"""A shorter content argument is a copy only when all of it is inside third-party text and
+it has at least this many words and letters or digits."""
 _MAX_TEXTS = 256
 _MAX_CHARS = 20_000
 _MAX_NGRAMS = 4_000
@@ -315,6 +331,23 @@ class ProvenanceStore:
             if n:
                 out[stored["source"]] = out.get(stored["source"], 0) + n
         return out
+
+    def copied_from(self, text: str) -> list[str]:
+        """The third-party sources ``text`` copies: a run of :data:`WINDOW` words or more of
+        one of them, or all of ``text`` (:data:`COPY_MIN_WORDS` words and
+        :data:`COPY_MIN_CHARS` letters or digits at least) inside one. Text the user's
+        request holds is the user's own."""
+        if named_phrase(self, text):
+            return []
+        sources = list(self.copied(text, {"third_party"}))
+        if sources:
+            return sources
+        c = compact(text)
+        if len(_WORD.findall(fold(text))) >= COPY_MIN_WORDS and len(c) >= COPY_MIN_CHARS:
+            return [
+                t["source"] for t in self._texts(frozenset({"third_party"})) if c in t["compact"]
+            ]
+        return []
 
     def _texts(self, origins: frozenset[str]) -> Iterator[Mapping[str, Any]]:
         for text in self.data["texts"]:
