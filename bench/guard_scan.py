@@ -23,8 +23,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import machine, write_section
-from tether.guards.callpolicy import ProvenancePolicy, _record_result, _Source
+from tether.guards.callpolicy import ProvenancePolicy
 from tether.guards.provenance import TaintTracker
+from tether.guards.recording import ResultSource, record_result
 from tether.guards.store import ProvenanceStore
 from tether.messages import Message
 from tether.tools import RunContext, tool
@@ -65,7 +66,7 @@ def read_once(text: str) -> float:
     policy.begin([Message.user("Summarise my mail")], ctx)
     content = json.dumps({"body": text})
     started = time.perf_counter()
-    _record_result(ProvenanceStore.of(ctx), _Source.of(read_mail), content)
+    record_result(ProvenanceStore.of(ctx), ResultSource.of(read_mail), content)
     TaintTracker().tokens(content)
     return time.perf_counter() - started
 

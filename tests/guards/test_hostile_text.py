@@ -96,16 +96,16 @@ def send_mail(to: str, body: str) -> str:
 async def test_a_large_result_is_read_off_the_event_loop_before_the_next_ruling(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tether.guards import callpolicy
+    from tether.guards import recording
 
     threads: list[int] = []
-    original = callpolicy._record_result
+    original = recording.record_result
 
-    def spy(store: ProvenanceStore, source: Any, content: str) -> None:
+    def spy(store: ProvenanceStore, source: Any, content: str, member: Any = None) -> None:
         threads.append(threading.get_ident())
-        original(store, source, content)
+        original(store, source, content, member)
 
-    monkeypatch.setattr(callpolicy, "_record_result", spy)
+    monkeypatch.setattr(recording, "record_result", spy)
     policy = ProvenancePolicy()
     ctx: RunContext[Any] = RunContext(None, "run-1")
     policy.begin([Message.user("Answer my mail")], ctx)

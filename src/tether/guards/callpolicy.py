@@ -36,13 +36,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from tether._workers import run_in_worker
-from tether.guards.instructions import INSTRUCTION_KINDS, INSTRUCTION_REASONS, flag_instructions
 from tether.guards.normalize import (
     decodings,
     disguised,
@@ -51,22 +48,26 @@ from tether.guards.normalize import (
     value_keys,
     values,
 )
-from tether.guards.objects import mentioned_by_third_party, object_kind, record_objects, trace
+from tether.guards.objects import mentioned_by_third_party, object_kind, trace
+from tether.guards.recording import (
+    LARGE_RESULT,
+    SETTLING,
+    Member,
+    ResultSource,
+    instructed,
+    record_result,
+    settle_store,
+)
 from tether.guards.store import UNTRUSTED, ProvenanceStore, Seen
-from tether.labels import read_label
 from tether.messages import Message, Text, ToolCall, ToolResult
 from tether.rulings import Ruling
 from tether.tools import RunContext, Tool
 
-__all__ = ["OUTWARD", "ProvenancePolicy"]
+__all__ = ["LARGE_RESULT", "OUTWARD", "ProvenancePolicy"]
 
 OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructive"})
 NAMED: frozenset[str] = frozenset({"user", "application"})
 _CONTENT_KINDS = frozenset({"email", "url", "iban"})
-_MAX_FLAGS = 200
-_LOG = logging.getLogger("tether.guards")
-LARGE_RESULT = 8_000
-"""Results longer than this (characters) are read in a worker thread, off the event loop."""
 KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
 
 
@@ -98,6 +99,16 @@ class ProvenancePolicy:
     object_effects: frozenset[str] = frozenset({"money", "destructive", "write"})
     """Effects whose objects must be traced to the user's request, the application or a
     system of record (see :mod:`tether.guards.objects`)."""
+    object_tools: frozenset[str] = frozenset()
+    """Tools whose object arguments are traced whatever their effect (per tool, beside
+    ``object_effects``)."""
+    members: Member | None = None
+    """The user's organisation (a :class:`~tether.guards.registry.Registry`, or any
+    ``author -> bool``): third-party fields of a record whose author (``authors``) is a
+    member count as vouched for by the application. ``None``: no author is trusted."""
+    authors: Mapping[str, str] = field(default_factory=dict)
+    """Per tool name, the field of each result record that names its author
+    (``{"read_channel": "author"}``)."""
     content_effects: frozenset[str] = OUTWARD
     """Effects whose content arguments must not copy third-party text
     (:meth:`~tether.guards.store.ProvenanceStore.copied_from`)."""
@@ -156,11 +167,11 @@ class ProvenancePolicy:
             granted.extend(k for k in asked.pop(call.id) if k not in granted)
         if result.is_error:
             return
-        source = _Source.of(tool)
+        source = ResultSource.of(tool, self.authors.get(tool.name, ""))
         if store.data.get("pending") or len(result.content) > LARGE_RESULT:
             store.data.setdefault("pending", []).append([*source.to_list(), result.content])
             return
-        _record_result(store, source, result.content)
+        record_result(store, source, result.content, self.members)
 
     async def settle(self, ctx: RunContext[Any]) -> None:
         """Read the queued results of ``ctx``'s run in a worker thread (called by
@@ -170,11 +181,11 @@ class ProvenancePolicy:
         if not store.data.get("pending"):
             return
         key = id(memo)
-        task = _SETTLING.get(key)
+        task = SETTLING.get(key)
         if task is None or task.done():
-            task = asyncio.ensure_future(_settle(store))
-            _SETTLING[key] = task
-            task.add_done_callback(lambda _: _SETTLING.pop(key, None))
+            task = asyncio.ensure_future(settle_store(store, self.members))
+            SETTLING[key] = task
+            task.add_done_callback(lambda _: SETTLING.pop(key, None))
         await asyncio.shield(task)
 
     # --- helpers -------------------------------------------------------------------------
@@ -208,9 +219,7 @@ class ProvenancePolicy:
         keys = (*_grant_keys(tool, name, text), *(() if mentioned or not found else (task,)))
         if mentioned or store.read_third_party:
             rule = (
-                "provenance.object_after_instructions"
-                if _instructed(store)
-                else "provenance.object"
+                "provenance.object_after_instructions" if instructed(store) else "provenance.object"
             )
             why = (
                 f"which {_object_origin(store, text)}"
@@ -286,7 +295,9 @@ class ProvenancePolicy:
                         f"({_origin(store, text)})",
                         _grant_keys(tool, name, text),
                     )
-                if role == "object" and effect in self.object_effects:
+                if role == "object" and (
+                    effect in self.object_effects or tool.name in self.object_tools
+                ):
                     finding = self._object(tool, name, text, store)
                     if finding is not None:
                         yield finding
@@ -404,180 +415,3 @@ def _object_origin(store: ProvenanceStore, text: str, kind: str | None = None) -
     if store.first(text) is None:
         return "was never seen in this run"
     return f"was never seen as the id of a {kind}" if kind else "the user did not name"
-
-
-# --- recording results ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Source:
-    """What :func:`_record_result` needs of a tool (plain data: it is queued in the memo)."""
-
-    name: str
-    effect: str | None
-    third_party: tuple[str, ...]
-    kinds: Mapping[str, str]
-    secret: tuple[str, ...]
-
-    def to_list(self) -> list[Any]:
-        return [self.name, self.effect, list(self.third_party), dict(self.kinds), list(self.secret)]
-
-    @classmethod
-    def from_list(cls, data: Sequence[Any]) -> _Source:
-        return cls(str(data[0]), data[1], tuple(data[2]), dict(data[3]), tuple(data[4]))
-
-    @classmethod
-    def of(cls, tool: Tool) -> _Source:
-        return cls(tool.name, tool.effect, tuple(tool.third_party), tool.kinds, tool.secret)
-
-
-_SETTLING: dict[int, asyncio.Future[None]] = {}
-
-
-async def _settle(store: ProvenanceStore) -> None:
-    """Read queued results in a worker thread into a scratch store, then merge it here (on
-    the event loop), until the queue is empty."""
-    while store.data.get("pending"):
-        batch = list(store.data["pending"])
-        scratch = await run_in_worker(_read_batch, batch=batch)
-        store.merge(scratch)
-        del store.data["pending"][: len(batch)]
-    store.data.pop("pending", None)
-
-
-def _read_batch(batch: list[list[Any]]) -> ProvenanceStore:
-    scratch = ProvenanceStore({})
-    for item in batch:
-        _record_result(scratch, _Source.from_list(item[:-1]), str(item[-1]))
-    return scratch
-
-
-def _record_result(store: ProvenanceStore, tool: _Source, content: str) -> None:
-    source = tool.name
-    doc = _json(content)
-    secret = tuple(p.strip(".") for p in tool.secret) or (
-        ("*",) if tool.effect == "credential" else ()
-    )
-    if secret:
-        if doc is None:  # plain text: all of it, when the tool reads credentials
-            if tool.effect == "credential":
-                store.add_secret(content, source)
-                store.add_text(content, "credential", source)
-                return
-        else:
-            for path, text in _fields(doc, ""):
-                where = f"{source}: {path}" if path else source
-                if _under(path, secret):
-                    store.add_secret(text, where)
-                    store.add_text(text, "credential", where)
-                elif tool.effect == "credential":
-                    store.add_value(text, "system", where)
-            if tool.effect == "credential":
-                return
-    mark = read_label(content)
-    if mark is not None:
-        inner = _label_content(content)
-        origin = "system" if mark.trusted else "third_party"
-        store.add_text(inner, origin, mark.source)  # type: ignore[arg-type]
-        if origin == "third_party":
-            _flag(store, inner, mark.source)
-        return
-    if doc is None or not isinstance(doc, dict | list):
-        if tool.effect is None or tool.third_party:  # undeclared or unreadable: fail closed
-            if tool.effect is not None:
-                _warn(store, source, content)
-            store.add_text(content, "third_party", source)
-            _flag(store, content, source)
-        else:
-            store.add_value(content, "system", source)
-        return
-    paths = tuple(p.strip(".") for p in tool.third_party)
-    later: list[tuple[str, str]] = []
-    for path, text in _fields(doc, ""):
-        if secret and _under(path, secret):
-            continue
-        if tool.effect is None or _under(path, paths):
-            later.append((path, text))
-        else:
-            store.add_value(text, "system", f"{source}: {path}" if path else source)
-    record_objects(
-        store,
-        doc,
-        lambda path: tool.effect is not None and not _under(path, paths),
-        tool.kinds,
-        source,
-    )
-    for path, text in later:  # system fields first: the same result names them first
-        where = f"{source}: {path}" if path else source
-        store.add_text(text, "third_party", where)
-        _flag(store, text, where)
-
-
-def _json(content: str) -> Any:
-    try:
-        doc = json.loads(content)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict | list) else None
-
-
-def _warn(store: ProvenanceStore, source: str, content: str) -> None:
-    """Field provenance could not be read (not JSON, or JSON cut by the result cap): the
-    whole result counts as third-party text, and the approver and the log are told."""
-    cut = "characters omitted" in content[-200:]
-    why = "was cut by the result cap" if cut else "is not JSON"
-    text = (
-        f"{source}: the result {why}, so its fields cannot be told apart; "
-        "all of it counts as third-party text"
-    )
-    warnings = store.data.setdefault("warnings", [])
-    if text not in warnings and len(warnings) < 50:
-        warnings.append(text)
-        _LOG.warning(text)
-
-
-def _label_content(content: str) -> str:
-    try:
-        inner = json.loads(content)["content"]
-    except (ValueError, KeyError, TypeError):
-        return content  # an unreadable label: the whole text, untrusted
-    return inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
-
-
-def _fields(node: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(node, Mapping):
-        for k, v in node.items():
-            if str(k).strip():
-                yield path, str(k)  # a key is a value too (of the mapping's field)
-            yield from _fields(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(node, list):
-        for v in node:
-            yield from _fields(v, path)
-    elif isinstance(node, str):
-        if node.strip():
-            yield path, node
-    elif isinstance(node, int | float) and not isinstance(node, bool):
-        yield path, str(node)
-
-
-def _under(path: str, paths: tuple[str, ...]) -> bool:
-    return any(p in ("*", "") or path == p or path.startswith(p + ".") for p in paths)
-
-
-def _instructed(store: ProvenanceStore) -> bool:
-    """Whether third-party text read in this run holds instruction-like phrases (by kind;
-    entries saved before flags had kinds fall back to the reason)."""
-    return any(
-        entry[3] in INSTRUCTION_KINDS if len(entry) > 3 else entry[2] in INSTRUCTION_REASONS
-        for entry in store.data.get("flags", ())
-    )
-
-
-def _flag(store: ProvenanceStore, text: str, source: str) -> None:
-    flags = store.data.setdefault("flags", [])
-    for f in flag_instructions(text):
-        if len(flags) >= _MAX_FLAGS:
-            return
-        entry = [source, f.quote[:200], f.reason, f.kind]
-        if entry not in flags:
-            flags.append(entry)
