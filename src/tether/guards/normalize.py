@@ -235,7 +235,7 @@ def value_keys(value: str) -> set[str]:
 
 
 _SPELLED = compile_linear(r"(^|\s)((?:\S[ \t_·*|-]+){3,}\S[.,;:!?]?)(\s|$)")
-_SEPARATORS = compile_linear(r"[ \t_·*|-]+")
+_SEPARATORS = {ord(c): None for c in " \t_·*|-"}
 _AT = compile_linear(r"\s*(?:[\[(]\s*(?:at|arobase)\s*[\])]|\s(?:at|arobase)\s)\s*")
 _DOT = compile_linear(r"\s*(?:[\[(]\s*(?:dot|point)\s*[\])]|\s(?:dot|point)\s)\s*")
 _B64 = compile_linear(r"[A-Za-z0-9+/_-]{12,}={0,2}")
@@ -270,7 +270,7 @@ def decodings(text: str) -> Iterator[tuple[str, str]]:
     text = text[:MAX_SCAN]
     folded = fold(text)
     spelled = _SPELLED.sub(
-        lambda m: m.group(1) + _SEPARATORS.sub("", m.group(2)) + m.group(3), folded
+        lambda m: m.group(1) + m.group(2).translate(_SEPARATORS) + m.group(3), folded
     )
     if spelled != folded:
         yield "spelled out", spelled

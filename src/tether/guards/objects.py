@@ -209,8 +209,14 @@ def mentioned_by_third_party(store: ProvenanceStore, value: str) -> bool:
 
 def third_party_tokens(store: ProvenanceStore, text: str, origin: str, source: str) -> None:
     """Record the whole tokens of untrusted text (so a short id like ``13`` counts as
-    mentioned)."""
-    for n, token in enumerate(finditer(_TOKEN, fold(text), limit=_MAX_TOKENS * 5)):
+    mentioned), at most :data:`_MAX_TOKENS` distinct ones per run."""
+    data = store.data
+    count = int(data.get("tok_count", 0))
+    for token in finditer(_TOKEN, fold(text), limit=_MAX_TOKENS * 5):
+        if count >= _MAX_TOKENS:
+            break
         key = compact(token.strip(_STRIP))
-        if key and n < _MAX_TOKENS * 5:
+        if key and len(key) <= 40 and f"tok:{key}" not in data["values"]:
             store.add_seen(f"tok:{key}", origin, source)
+            count += 1
+    data["tok_count"] = count

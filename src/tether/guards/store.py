@@ -244,6 +244,8 @@ class ProvenanceStore:
             secrets = self.data.setdefault("secrets", [])
             if entry not in secrets and len(secrets) < _MAX_SECRETS:
                 secrets.append(entry)
+        if other.data.get("tok_count"):
+            self.data["tok_count"] = self.data.get("tok_count", 0) + other.data["tok_count"]
         if other.data.get("third_party_read"):
             self.data["third_party_read"] = True
         for name in ("links", "owners"):
