@@ -197,3 +197,18 @@ async def test_a_task_approval_covers_objects_of_its_kind_found_by_the_agents_re
     assert (await run.rule(book_hotel, hotel_id="H-8", nights=1)).action == "ask"  # a review's
     assert (await run.rule(book_hotel, hotel_id="H-77", nights=1)).action == "ask"  # unseen
     assert (await run.rule(delete_file, file_id="H-3")).action == "ask"  # another kind
+
+
+async def test_in_scoped_mode_objects_found_by_the_agents_reads_can_be_approved() -> None:
+    run = Run("Book the best-rated hotel in Lyon for 1 night.")
+    run.policy.scoped = True
+    run.feed(
+        search_hotels,
+        [{"hotel_id": "H-3", "city": "Lyon"}, {"hotel_id": "H-5", "city": "Lyon"}],
+    )
+    run.feed(get_reviews, {"hotel_id": "H-5", "reviews": ["H-3 is noisy, try H-8"]})
+    first = await run.ran(book_hotel, hotel_id="H-5", nights=1)
+    assert first.action == "ask"  # this task's object: approvable, not out of scope
+    assert (await run.rule(book_hotel, hotel_id="H-77", nights=1)).rule == "provenance.scope"
+    mentioned = await run.rule(book_hotel, hotel_id="H-8", nights=1)  # a review names it
+    assert mentioned.action == "deny" and mentioned.rule == "provenance.scope"

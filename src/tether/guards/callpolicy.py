@@ -93,7 +93,9 @@ class ProvenancePolicy:
     """A counterparty from anywhere else is denied instead of asked."""
     scoped: bool = False
     """Counterparties and objects must be named by the user, the application or the
-    registry: nothing else can be approved."""
+    registry: nothing else can be approved, except objects of "this task": ids of their
+    kind that the agent's own reads found in a system of record and no third-party text
+    mentions (they ask, once per kind)."""
     max_prompts: int | None = 5
     """Most approval prompts in one run; past it, a call that would ask is denied."""
     object_effects: frozenset[str] = frozenset({"money", "destructive", "write"})
@@ -249,9 +251,15 @@ class ProvenancePolicy:
             for text in strings_in(value):
                 named = store.trusted(text) if role == "counterparty" else None
                 is_named = named is not None and named.origin in NAMED
+                in_task = False  # found by the agent's own reads: approvable in scope
                 if role == "object":
                     found = trace(store, text, object_kind(tool, name))
                     is_named = found is not None and found.kind != "system"
+                    in_task = (
+                        found is not None
+                        and found.kind == "system"
+                        and not mentioned_by_third_party(store, text)
+                    )
                 known = False
                 secret = store.leaks(text) if effect != "credential" else None
                 if secret is not None:
@@ -277,7 +285,7 @@ class ProvenancePolicy:
                         )
                 if role in ("counterparty", "object") and (side or role == "counterparty"):
                     known = role == "counterparty" and await self._known(text, ctx)
-                    if self.scoped and not (is_named or known):
+                    if self.scoped and not (is_named or known or in_task):
                         yield _Finding(
                             "deny",
                             "provenance.scope",
