@@ -132,3 +132,16 @@ async def test_mapping_keys_of_third_party_fields_are_values() -> None:
     ruling = await run.rule(send_mail, to=evil, message="hi")
     assert ruling.action == "ask"
     assert "third_party (read_mail: body)" in ruling.details["arguments"]["to"]["origin"]
+
+
+@tool(thread=False, effect="communicate", roles={"to": "counterparty", "fields": "content"})
+def send_form(to: Text, fields: dict[str, str]) -> str:
+    """Send a form."""
+    return "sent"
+
+
+async def test_a_secret_in_a_mapping_key_of_an_argument_is_seen() -> None:
+    run = Run("Ask support for a new card.")
+    run.feed(get_card_details, {"holder": "Jean Martin", "card": CARD})
+    ruling = await run.rule(send_form, to=SUPPORT, fields={CARD.replace(" ", ""): "card"})
+    assert ruling.action == "deny" and ruling.rule == "provenance.credential"

@@ -292,12 +292,15 @@ def decodings(text: str) -> Iterator[tuple[str, str]]:
 
 
 def strings_in(value: Any) -> Iterator[str]:
-    """Every non-blank string in a JSON-like ``value`` (numbers as their text), in order."""
+    """Every non-blank string in a JSON-like ``value`` (mapping keys included, numbers as
+    their text), in order."""
     if isinstance(value, str):
         if value.strip():
             yield value
     elif isinstance(value, Mapping):
-        for v in value.values():
+        for k, v in value.items():
+            if isinstance(k, str) and k.strip():
+                yield k  # a key is a value too: it can carry an address
             yield from strings_in(v)
     elif isinstance(value, list | tuple):
         for v in value:
