@@ -309,7 +309,7 @@ class ProvenancePolicy:
                     finding = self._object(tool, name, text, store)
                     if finding is not None:
                         yield finding
-                if side and role == "content":
+                if side and role in ("content", None):  # unroled arguments too
                     for v in _content_values(text):
                         if store.trusted(v) is None and not await self._known(v, ctx):
                             yield _Finding(
