@@ -19,6 +19,7 @@ Everything lives in the provenance store's plain data (``ctx.memo``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,6 +47,7 @@ _DATES = compile_linear(
     r"|\b\d{4}-\d{2}-\d{2}(?:[ t]\d{1,2}:\d{2})?\b|\b\d{1,2}[./]\d{1,2}(?:[./]\d{2,4})?\b"
     r"|\b\d{1,2}(?::\d{2})+\s*(?:am|pm|h)?\b|\b\d{1,2}\s*(?:am|pm|h)\b)"
 )
+_WORDS = re.compile(r"[^\W_]+")
 _TOKEN = compile_linear(r"[^\s\"'«»()\[\]{},;!?]+")
 _STRIP = ".:-_'\""
 _MAX_TOKENS = 2_000
@@ -67,7 +69,8 @@ def date_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _words(text: str) -> str:
-    return " ".join(fold(text).replace("'", " ").split())
+    """``text``'s words (letters and digits), folded, one space apart."""
+    return " ".join(_WORDS.findall(fold(text)))
 
 
 def record_request(store: ProvenanceStore, text: str) -> None:
