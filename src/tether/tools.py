@@ -103,8 +103,9 @@ class Tool:
     """Whether calls of this tool may overlap (see :data:`Serial`)."""
     kinds: Mapping[str, str] = _NO_KINDS
     """The kind of object each object argument names (``{"file_id": "file"}``), and the kind
-    of id each result field holds (``{"events.id": "event"}``, by dotted path); an id is
-    matched only against ids of its kind. Fields named ``<kind>_id`` need no entry."""
+    of id each result field holds (``{"events.id": "event"}``, by dotted path; ``""``: each
+    line of a plain-text result); an id is matched only against ids of its kind. Fields
+    named ``<kind>_id`` need no entry."""
     secret: tuple[str, ...] = ()
     """Dotted paths of result fields that hold secrets (a card number, a code); none of
     them ever leaves in an argument. A ``credential`` tool without any: its whole result."""

@@ -212,3 +212,17 @@ async def test_in_scoped_mode_objects_found_by_the_agents_reads_can_be_approved(
     assert (await run.rule(book_hotel, hotel_id="H-77", nights=1)).rule == "provenance.scope"
     mentioned = await run.rule(book_hotel, hotel_id="H-8", nights=1)  # a review names it
     assert mentioned.action == "deny" and mentioned.rule == "provenance.scope"
+
+
+@tool(thread=False, effect="read", kinds={"": "file"})
+def list_file_names() -> str:
+    """File ids, one a line (plain text, each a file's id)."""
+    return ""
+
+
+async def test_each_line_of_a_plain_text_list_is_a_value() -> None:
+    run = Run("Tidy my files.")
+    call = ToolCall("c0", "list_file_names", {})
+    run.policy.record(list_file_names, call, ToolResult("c0", "F-1\n13\nF-2"), run.ctx)
+    assert (await run.rule(delete_file, file_id="13")).action == "allow"
+    assert (await run.rule(delete_file, file_id="14")).action == "ask"

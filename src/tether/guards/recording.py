@@ -21,6 +21,7 @@ from typing import Any
 
 from tether._workers import run_in_worker
 from tether.guards.instructions import INSTRUCTION_KINDS, INSTRUCTION_REASONS, flag_instructions
+from tether.guards.normalize import compact
 from tether.guards.objects import record_objects
 from tether.guards.store import ProvenanceStore
 from tether.labels import read_label
@@ -29,6 +30,7 @@ from tether.tools import Tool
 __all__ = ["LARGE_RESULT", "ResultSource", "instructed", "record_result", "settle_store"]
 
 _MAX_FLAGS = 200
+_MAX_LINES = 1_000
 _LOG = logging.getLogger("tether.guards")
 LARGE_RESULT = 8_000
 """Results longer than this (characters) are read in a worker thread, off the event loop."""
@@ -132,6 +134,13 @@ def record_result(
             _flag(store, content, source)
         else:
             store.add_value(content, "system", source)
+            kind = tool.kinds.get("") or tool.kinds.get("*")
+            for line in content.splitlines()[:_MAX_LINES]:  # a plain-text list: each item
+                item = line.strip()
+                if item and item != content.strip():
+                    store.add_value(item, "system", source)
+                if item and kind:
+                    store.add_seen(f"obj:{kind}:{compact(item)}", "system", source)
         return
     paths = tuple(p.strip(".") for p in tool.third_party)
     later: list[tuple[str, str]] = []
