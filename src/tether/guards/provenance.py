@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Literal, cast
 
+from tether._workers import run_in_worker
 from tether.errors import ConfigError, ToolFailure
 from tether.guards.approval import ApprovalRequest, Approver, ask, refusal
 from tether.guards.linear import LinearPattern, compile_linear, finditer
@@ -101,11 +102,14 @@ class TaintTracker:
 
     def observe(self, run_id: str, text: str, source: str) -> set[str]:
         """Record the values of untrusted ``text`` as tainted for ``run_id``."""
+        return self.observe_tokens(run_id, self.tokens(text), source)
+
+    def observe_tokens(self, run_id: str, tokens: set[str], source: str) -> set[str]:
+        """Record ``tokens`` (from :meth:`tokens`) as tainted for ``run_id``."""
         seen = self._run(run_id)
-        new = self.tokens(text)
-        for token in new:
+        for token in tokens:
             seen.setdefault(token, source)
-        return new
+        return tokens
 
     def trust(self, run_id: str, *values: str) -> None:
         """Vouch for values the application knows to be legitimate in this run (the
@@ -155,6 +159,8 @@ class TaintTracker:
         return seen
 
 
+LARGE_TEXT = 8_000
+"""Results longer than this are scanned in a worker thread, off the event loop."""
 _SLOW_SCAN = 8_000
 """Characters read by a pattern RE2 cannot run (look-around, back-references), which runs
 on Python's backtracking engine instead."""
@@ -211,7 +217,11 @@ class Untrusted(DelegatingTool):
         text = await self.inner.invoke(arguments, ctx)
         source = self.source if isinstance(self.source, str) else self.source(arguments, ctx)
         if self.tracker is not None:
-            self.tracker.observe(ctx.run_id, text, source)
+            if len(text) > LARGE_TEXT:  # read in a worker thread, recorded here
+                tokens = await run_in_worker(self.tracker.tokens, text=text)
+                self.tracker.observe_tokens(ctx.run_id, tokens, source)
+            else:
+                self.tracker.observe(ctx.run_id, text, source)
         return untrusted(text, source)
 
 
