@@ -43,6 +43,7 @@ Serial: TypeAlias = SerialSpec
 """What ``serial=`` accepts (:mod:`tether.serial_keys`): ``True``, an argument name shared
 by every tool declaring it, a :class:`~tether.serial_keys.Serial` resource, or ``None``."""
 _NO_ROLES: Mapping[str, ArgRole] = {}
+_NO_KINDS: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,14 @@ class Tool:
     ``"messages.*.text"``); ``("*",)``: the whole result."""
     serial: Serial = None
     """Whether calls of this tool may overlap (see :data:`Serial`)."""
+    kinds: Mapping[str, str] = _NO_KINDS
+    """The kind of object each object argument names (``{"file_id": "file"}``), and the kind
+    of id each result field holds (``{"events.id": "event"}``, by dotted path; ``""``: each
+    line of a plain-text result); an id is matched only against ids of its kind. Fields
+    named ``<kind>_id`` need no entry."""
+    secret: tuple[str, ...] = ()
+    """Dotted paths of result fields that hold secrets (a card number, a code); none of
+    them ever leaves in an argument. A ``credential`` tool without any: its whole result."""
 
     @property
     def name(self) -> str:
@@ -148,6 +157,8 @@ class DelegatingTool(Tool):
         self.roles = inner.roles
         self.third_party = inner.third_party
         self.serial = inner.serial
+        self.kinds = inner.kinds
+        self.secret = inner.secret
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         return await self.inner.invoke(arguments, ctx)
@@ -191,6 +202,8 @@ class FunctionTool(Tool):
         roles: Mapping[str, ArgRole] | None = None,
         third_party: Sequence[str] = (),
         serial: Serial = None,
+        kinds: Mapping[str, str] | None = None,
+        secret: Sequence[str] = (),
     ) -> None:
         self.func = func
         self.requires_approval = requires_approval
@@ -217,7 +230,15 @@ class FunctionTool(Tool):
         if strict:
             schema = strict_schema(schema)
         self.spec = ToolSpec(tool_name, text, schema, strict)
-        declare(self, effect=effect, roles=roles, third_party=third_party, serial=serial)
+        declare(
+            self,
+            effect=effect,
+            roles=roles,
+            third_party=third_party,
+            serial=serial,
+            kinds=kinds,
+            secret=secret,
+        )
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         return to_text(await self.run(arguments, ctx))
@@ -276,9 +297,12 @@ def declare(
     roles: Mapping[str, ArgRole] | None = None,
     third_party: Sequence[str] = (),
     serial: Serial = None,
+    kinds: Mapping[str, str] | None = None,
+    secret: Sequence[str] = (),
 ) -> Tool:
     """Set ``tool``'s declarations (effect, argument roles, third-party result fields,
-    serial execution), checking that each named argument exists; returns the tool."""
+    serial execution, object kinds, secret result fields), checking that each named
+    argument exists; returns the tool."""
     params = set(tool.spec.parameters.get("properties", {}))
     if effect is not None and effect not in typing.get_args(Effect):
         raise ToolDefinitionError(f"tool {tool.name}: unknown effect {effect!r}")
@@ -294,6 +318,8 @@ def declare(
     tool.roles = dict(roles or {})
     tool.third_party = tuple(third_party)
     tool.serial = serial or None
+    tool.kinds = dict(kinds or {})
+    tool.secret = tuple(secret)
     return tool
 
 
@@ -316,6 +342,8 @@ def tool(
     roles: Mapping[str, ArgRole] | None = None,
     third_party: Sequence[str] = (),
     serial: Serial = None,
+    kinds: Mapping[str, str] | None = None,
+    secret: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -332,6 +360,8 @@ def tool(
     roles: Mapping[str, ArgRole] | None = None,
     third_party: Sequence[str] = (),
     serial: Serial = None,
+    kinds: Mapping[str, str] | None = None,
+    secret: Sequence[str] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Use bare (``@tool``) or with options.
 
@@ -339,7 +369,9 @@ def tool(
     the event loop (``thread=False`` runs it inline: cheaper, for quick functions that never
     block); ``strict=True`` asks providers to constrain generation to the schema.
     ``effect``, ``roles`` and ``third_party`` declare what the tool does and what its
-    arguments and result fields are, for policies; ``serial`` keeps calls from overlapping.
+    arguments and result fields are, for policies (``kinds``: the kind of object each
+    object argument or id field names; ``secret``: result fields that never leave);
+    ``serial`` keeps calls from overlapping.
     """
 
     def make(f: Callable[..., Any]) -> FunctionTool:
@@ -354,6 +386,8 @@ def tool(
             roles=roles,
             third_party=third_party,
             serial=serial,
+            kinds=kinds,
+            secret=secret,
         )
 
     return make(func) if func is not None else make
