@@ -14,7 +14,7 @@ from sqlalchemy.exc import ArgumentError
 from tether.errors import ConfigError
 
 SCHEMES = ("sqlite", "postgresql", "postgres")
-EXECUTOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
+EXECUTOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,55}$")
 
 
 def shown(url: str) -> str:
@@ -87,10 +87,10 @@ def _writable(path: Path) -> bool:
 
 
 def check_executor_id(value: str) -> str:
-    """An executor id: letters, digits and ``._:@-``, at most 64 characters."""
+    """An executor id: letters, digits and ``._:@-``, at most 56 characters."""
     if not EXECUTOR_ID.match(value):
         raise ConfigError(
-            f"--id {value!r} is not a worker id: use 1 to 64 letters, digits or . _ : @ -, "
+            f"--id {value!r} is not a worker id: use 1 to 56 letters, digits or . _ : @ -, "
             "starting with a letter or a digit"
         )
     return value
