@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from durable_ops import durable, log_path, status, stuck_in_triage, until
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
-from sqlalchemy import select
 
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.durable import DurableDesk, DurableSettings, workflow_id
-from tether_desk.models import Ticket
 from tether_desk.operations.liveness import beat
 from tether_desk.operations.runs import attention_by_ticket, fail, list_runs, recover, retry
 from tether_desk.pipeline import Desk
@@ -33,47 +32,6 @@ def desk(tmp_path: Path) -> Iterator[Desk]:
     seed(db)
     yield Desk(db, DeskScriptedModel())
     db.dispose()
-
-
-def durable(desk: Desk, *, version: str = "1", block_at: str | None = None) -> DurableDesk:
-    """The desk's durable runs in this process; ``block_at``: a boundary where every
-    ticket stops for good (until the process stops DBOS)."""
-
-    async def boundary(name: str, _ticket: int) -> None:
-        if name == block_at:
-            await asyncio.Event().wait()
-
-    settings = DurableSettings(poll_seconds=0.05, application_version=version)
-    return DurableDesk(desk, settings, boundary=boundary if block_at else None)
-
-
-def status(db: Database, ticket_id: int) -> str:
-    with db.read_connection() as c:
-        return str(c.scalar(select(Ticket.status).where(Ticket.id == ticket_id)))
-
-
-async def until(check: object, seconds: float = 60) -> None:
-    for _ in range(int(seconds / 0.05)):
-        if check():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("not in time")
-
-
-def log_path(desk: Desk) -> Path:
-    return Path(desk.db.url.split("///", 1)[1]).with_suffix(".runs.db")
-
-
-async def stuck_in_triage(desk: Desk) -> int:
-    """A refund ticket whose workflow stopped (DBOS shut down) half way through triage."""
-    ticket = ticket_id_by_order(desk.db, "C-2210")
-    runs = durable(desk, block_at="triage.before")
-    await runs.start()
-    await runs.submit(ticket)
-    await until(lambda: status(desk.db, ticket) == "triaging")
-    await asyncio.sleep(0.3)
-    await runs.stop()
-    return ticket
 
 
 async def test_a_step_changed_without_a_version_bump_needs_attention_and_retries(
