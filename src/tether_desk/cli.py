@@ -157,7 +157,9 @@ def serve_command(
     desk = Desk(database, client, triage)  # type: ignore[arg-type]
     runs = "plain: tickets run in this process" if workers == 1 else "plain: in each worker"
     if not plain:
-        runs = _runs_line(_durable(desk, worker_id, process))
+        durable = _durable(desk, worker_id, process)
+        runs = _runs_line(durable)
+        _upgrade_notice(durable, db)
     app = create_app(desk) if workers == 1 else None
     from tether_desk.operations.checks import shown
 
@@ -215,6 +217,17 @@ def _runs_line(runs: DurableDesk) -> str:
     return f"durable, logged in {_hide_password(runs.url)}, run by {who}"
 
 
+def _upgrade_notice(runs: DurableDesk, db: str) -> None:
+    """Say in one line if runs of another version wait in the log (see
+    :mod:`tether_desk.operations.upgrade`)."""
+    from tether_desk.operations.checks import shown
+    from tether_desk.operations.upgrade import upgrade_notice
+
+    said = upgrade_notice(runs.url, runs.settings.application_version, shown(db))
+    if said:
+        typer.secho(said, fg="yellow")
+
+
 def _hide_password(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -258,6 +271,7 @@ def worker_command(
         poll_seconds=poll,
     )
     typer.echo(f"runs:     {_runs_line(runs)}")
+    _upgrade_notice(runs, db)
     try:
         asyncio.run(_work(runs, recover or []))
     except KeyboardInterrupt:

@@ -105,15 +105,26 @@ def show_command(
 
 @runs_app.command("retry")
 def retry_command(
-    workflow_ids: Annotated[list[str], typer.Argument(help="Workflow ids of runs to retry.")],
+    workflow_ids: Annotated[
+        list[str] | None, typer.Argument(help="Workflow ids of runs to retry.")
+    ] = None,
     db: DbOption = "tether-desk.db",
+    stranded: Annotated[
+        bool, typer.Option("--stranded", help="Every run stranded by a version change.")
+    ] = False,
 ) -> None:
     """Run stopped, stranded or orphaned runs again, from their last completed step where
     DBOS can, else from the start (same run ids, same idempotency keys)."""
-    from tether_desk.operations.runs import retry
+    from tether_desk.operations.runs import list_runs, retry
 
     with _opened(db) as (database, client, version):
-        for wid in workflow_ids:
+        ids = list(workflow_ids or [])
+        if stranded:
+            rows = list_runs(client, database, version)
+            ids += [r.workflow_id for r in rows if r.state == "stranded"]
+        if not ids:
+            typer.echo("no run to retry.")
+        for wid in ids:
             typer.echo(retry(client, database, wid, version))
 
 

@@ -1,0 +1,64 @@
+"""Upgrades: the runs another application version left in the durable log.
+
+A process of version N runs only version N's runs (DBOS checks each run's version before
+it recovers or dequeues it). When a change to a ticket's steps raised the version, the
+runs still in progress under the old one wait for a process of that version. At start a
+process says so in one line (:func:`upgrade_notice`) and names the two ways out (the
+runbook in docs/durable.md): drain them with the old code, or mark them for retry under
+the new version (``tether runs retry --stranded``: each re-runs from its first step, under
+the same workflow id, so with the same run ids and idempotency keys).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
+from tether_desk.operations.runs import ACTIVE
+
+
+def other_versions(client: Any, version: str) -> Counter[str]:
+    """How many runs in progress each version other than ``version`` has."""
+    found = client.list_workflows(
+        name=[TICKET_WORKFLOW, APPROVAL_WORKFLOW],
+        status=ACTIVE,
+        load_input=False,
+        load_output=False,
+    )
+    return Counter(w.app_version for w in found if w.app_version != version)
+
+
+def notice(counts: Counter[str], version: str, db: str) -> str | None:
+    """The one-line notice for ``counts`` (``None`` when there is nothing to say)."""
+    if not counts:
+        return None
+    runs = ", ".join(f"{n} of version {v}" for v, n in sorted(counts.items()))
+    return (
+        f"upgrade: runs in progress under another version wait ({runs}; this is version "
+        f"{version}): drain them with the old code, or retry them under this version with "
+        f"`tether runs retry --stranded --db {db}` (see docs/durable.md, Upgrades)"
+    )
+
+
+def upgrade_notice(system_url: str, version: str, db: str) -> str | None:
+    """:func:`notice` for the durable log at ``system_url`` (nothing if it does not
+    exist yet or cannot be read: the process then says what goes wrong on its own)."""
+    from dbos import DBOSClient
+
+    url = make_url(system_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
+        return None
+    try:
+        client = DBOSClient(system_database_url=system_url, application_name="tether-desk")
+    except Exception:
+        return None
+    try:
+        return notice(other_versions(client, version), version, db)
+    except Exception:
+        return None
+    finally:
+        client.destroy()
