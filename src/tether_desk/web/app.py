@@ -202,11 +202,12 @@ def create_app(
         request.session.clear()
         return RedirectResponse("/login", status_code=303)
 
-    from tether_desk.web import api, customer, operator, staff, stream
+    from tether_desk.web import api, customer, health, operator, staff, stream
 
     app.include_router(customer.router)
     app.include_router(staff.router)
     app.include_router(stream.router)
     app.include_router(api.router)
     app.include_router(operator.router)
+    app.include_router(health.router)
     return app
