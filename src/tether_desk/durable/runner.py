@@ -128,11 +128,9 @@ class DurableDesk:
                 worker_concurrency=self.settings.concurrency,
                 polling_interval_sec=self.settings.poll_seconds,
             )
-            from tether_desk.operations.liveness import heartbeat
+            from tether_desk.operations.upkeep import upkeep
 
-            s = self.settings
-            beating = heartbeat(self.desk.db, s.executor_id, s.application_version)
-            self._heartbeat = asyncio.create_task(beating, name="desk-heartbeat")
+            self._heartbeat = asyncio.create_task(upkeep(self), name="desk-upkeep")
         else:
             await asyncio.to_thread(DBOS.migrate, self.url)
         self._client = await asyncio.to_thread(
