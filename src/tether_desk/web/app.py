@@ -152,6 +152,10 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyGuard)
 
+    from tether_desk.web import faults
+
+    faults.install(app)
+
     @app.exception_handler(DeskError)
     async def desk_error(request: Request, exc: DeskError) -> Response:
         if wants_json(request):
