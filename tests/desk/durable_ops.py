@@ -53,3 +53,15 @@ async def stuck_in_triage(desk: Desk) -> int:
     await asyncio.sleep(0.3)
     await runs.stop()
     return ticket
+
+
+async def wait_under(desk: Desk, version: str, tickets: list[int]) -> None:
+    """Run ``tickets`` under application ``version`` until each waits for its approval,
+    then stop (their waits stay pending under that version)."""
+    runs = durable(desk, version=version)
+    await runs.start()
+    for t in tickets:
+        await runs.submit(t)
+    for t in tickets:
+        await until(lambda t=t: status(desk.db, t) == "awaiting_approval")  # type: ignore[misc]
+    await runs.stop()

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from durable_ops import durable, status, until
+from durable_ops import durable, status, until, wait_under
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
 from typer.testing import CliRunner
 
@@ -42,16 +42,6 @@ async def decide(desk: Desk, version: str, ticket: int) -> None:
         await until(lambda: status(desk.db, ticket) == "draft_ready")
     finally:
         await runs.stop()
-
-
-async def wait_under(desk: Desk, version: str, tickets: list[int]) -> None:
-    runs = durable(desk, version=version)
-    await runs.start()
-    for t in tickets:
-        await runs.submit(t)
-    for t in tickets:
-        await until(lambda t=t: status(desk.db, t) == "awaiting_approval")  # type: ignore[misc]
-    await runs.stop()
 
 
 def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(
