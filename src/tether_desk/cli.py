@@ -327,6 +327,8 @@ def desk_demo(
     from rich.console import Console
     from sqlalchemy import select
 
+    _stop_on_sigterm()
+
     with tempfile.TemporaryDirectory(prefix="tether-desk-") as tmp:
         database, client, triage, _ = _open(db or str(Path(tmp) / "demo.db"), model)
         from tether_desk.demo import run_demo

@@ -19,6 +19,7 @@ from webclient import login, wait_for
 from tether_desk.db import Database, sqlite_url
 from tether_desk.durable import DurableDesk, DurableSettings
 from tether_desk.operations.roles import set_operator
+from tether_desk.operations.runs import list_runs
 from tether_desk.pipeline import Desk
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
@@ -76,10 +77,41 @@ def test_a_stranded_approval_is_refused_shown_retried_then_decided(
             follow_redirects=True,
         )
         assert done.status_code == 200 and "under version 2" in done.text
-        wait_for(lambda: "waiting for approval (1)" in client.get("/staff/operations/runs").text)
+
+        def retried_waits() -> bool:
+            rows = list_runs(desk.runs.client, desk.db, "2")  # type: ignore[union-attr]
+            return any(r.workflow_id == wid.group(1) and r.state == "waiting" for r in rows)
+
+        wait_for(retried_waits, 60)
         assert "needs attention" not in client.get(f"/staff/tickets/{ticket}").text
 
         accepted = client.post(f"/staff/approvals/{approval.id}", data=form)
         assert accepted.status_code == 200, accepted.text
         wait_for(lambda: status(desk.db, ticket) == "draft_ready", 60)
     assert refunds_by_order(desk.db) == {"C-2210": 1200}
+
+
+def test_a_dead_workers_run_is_shown_and_recovered_from_the_console(tmp_path: Path) -> None:
+    from durable_ops import stuck_in_triage
+
+    db = Database(sqlite_url(tmp_path / "desk.db"))
+    db.migrate()
+    seed(db)
+    desk = Desk(db, DeskScriptedModel())
+    ticket = asyncio.run(stuck_in_triage(desk))  # its executor "local" is gone
+    DurableDesk(desk, DurableSettings(executor_id="w-2", poll_seconds=0.05))
+    set_operator(db, "camille@desk.example")
+    with TestClient(create_app(desk)) as client:
+        csrf = login(client, "staff")
+        page = client.get("/staff/operations/runs").text
+        assert "pending on a stopped or dead worker (1)" in page and f"#{ticket}" in page
+        assert "Recover all of local" in page
+        assert "needs attention" in client.get(f"/staff/tickets/{ticket}").text
+        done = client.post(
+            "/staff/operations/runs/recover",
+            data={"executor_id": "local", "csrftoken": csrf},
+            follow_redirects=True,
+        )
+        assert "handed 1 run(s) of local to the live workers" in done.text
+        wait_for(lambda: status(desk.db, ticket) == "awaiting_approval", 60)
+    db.dispose()
