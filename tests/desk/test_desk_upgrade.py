@@ -1,4 +1,4 @@
-"""The upgrade runbook of docs/durable.md, end to end on SQLite: approvals wait under
+"""The upgrade runbook of docs/durable.md, end to end on SQLite and PostgreSQL: approvals wait under
 version 0 when the code moves to version 1. The new process says so in one line at
 start; one run is drained with the old code, the other retried under the new version;
 both decisions apply once, and no decision is accepted that no process could apply."""
@@ -15,7 +15,7 @@ from durable_ops import durable, status, until, wait_under
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
 from typer.testing import CliRunner
 
-from tether_desk.db import Database, sqlite_url
+from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.errors import Conflict
 from tether_desk.money import format_cents
@@ -44,11 +44,16 @@ async def decide(desk: Desk, version: str, ticket: int) -> None:
         await runs.stop()
 
 
-def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "desk.db"
-    db = Database(sqlite_url(path))
+@pytest.fixture(params=["sqlite", "postgresql"])
+def desk_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "desk.db")
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(desk_url: str) -> None:
+    db = Database(desk_url)
     db.migrate()
     seed(db)
     desk = Desk(db, DeskScriptedModel())
@@ -58,7 +63,7 @@ def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(
 
     # 1. the new version starts and says what waits
     worker = subprocess.Popen(
-        [*TETHER, "worker", "--id", "w-1", "--db", str(path), "--model", "scripted"],
+        [*TETHER, "worker", "--id", "w-1", "--db", desk_url, "--model", "scripted"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -92,15 +97,15 @@ def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(
     asyncio.run(decide(desk, "0", drained))
 
     # 3. retry: the rest is marked for a re-run under the new version
-    listed = CliRunner().invoke(runs_app, ["list", "--db", str(path)])
+    listed = CliRunner().invoke(runs_app, ["list", "--db", desk_url])
     assert listed.exit_code == 0, listed.output
     assert "stranded by a version change" in listed.output and f"ticket {retried}" in listed.output
-    result = CliRunner().invoke(runs_app, ["retry", "--stranded", "--db", str(path)])
+    result = CliRunner().invoke(runs_app, ["retry", "--stranded", "--db", desk_url])
     assert result.exit_code == 0, result.output
     assert result.output.count("under version 1") == 1, result.output
     asyncio.run(decide(desk, "1", retried))
 
-    listed = CliRunner().invoke(runs_app, ["list", "--db", str(path)])
+    listed = CliRunner().invoke(runs_app, ["list", "--db", desk_url])
     assert "no runs in progress." in listed.output, listed.output
     assert refunds_by_order(db) == {"C-2210": 1200, "C-1042": 8990}
     db.dispose()
