@@ -202,11 +202,13 @@ def test_worker_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "stopped." in out and "Traceback" not in out
 
 
-def test_a_console_only_serve_needs_no_model(tmp_path: Path) -> None:
+def test_a_console_only_serve_needs_no_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A provider without its key would refuse; the console runs no model, so it starts."""
     port = free_port()
     env_model = "anthropic:claude-without-a-key"
-    os.environ.pop("ANTHROPIC_API_KEY", None)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     db = str(tmp_path / "desk.db")
     args = ["serve", "--db", db, "--model", env_model, "--no-process", "--port", str(port)]
     process = _start(args, port)
