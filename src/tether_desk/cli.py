@@ -218,14 +218,15 @@ def _runs_line(runs: DurableDesk) -> str:
 
 
 def _upgrade_notice(runs: DurableDesk, db: str) -> None:
-    """Say in one line if runs of another version wait in the log (see
-    :mod:`tether_desk.operations.upgrade`)."""
+    """Say in one line each if runs of another version, or of an executor that is gone,
+    wait in the log (see :mod:`tether_desk.operations.upgrade`)."""
     from tether_desk.operations.checks import shown
-    from tether_desk.operations.upgrade import upgrade_notice
+    from tether_desk.operations.upgrade import start_notices
 
-    said = upgrade_notice(runs.url, runs.settings.application_version, shown(db))
-    if said:
-        typer.secho(said, fg="yellow")
+    s = runs.settings
+    me = s.executor_id if runs.process else ""
+    for line in start_notices(runs.url, runs.desk.db, s.application_version, me, shown(db)):
+        typer.secho(line, fg="yellow")
 
 
 def _hide_password(url: str) -> str:

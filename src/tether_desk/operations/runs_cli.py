@@ -25,7 +25,7 @@ def _fail(message: str) -> typer.Exit:
 @contextmanager
 def _opened(db_url: str) -> Iterator[tuple[Any, Any, str]]:
     """The desk's database, a DBOS client on its durable log, and this code's version."""
-    from dbos import DBOSClient
+    from dbos import DBOS, DBOSClient
 
     from tether.errors import ConfigError
     from tether_desk.db import Database
@@ -38,9 +38,9 @@ def _opened(db_url: str) -> Iterator[tuple[Any, Any, str]]:
         raise _fail(str(exc)) from exc
     db = Database(db_url)
     try:
-        client = DBOSClient(
-            system_database_url=system_database_url(db.url), application_name=APP_NAME
-        )
+        log = system_database_url(db.url)
+        DBOS.migrate(log)  # as a console does: the log's tables exist from then on
+        client = DBOSClient(system_database_url=log, application_name=APP_NAME)
     except Exception as exc:
         db.dispose()
         raise _fail(f"cannot open the durable log of {shown(db_url)!r}: {exc}") from exc

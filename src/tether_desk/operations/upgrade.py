@@ -3,7 +3,8 @@
 A process of version N runs only version N's runs (DBOS checks each run's version before
 it recovers or dequeues it). When a change to a ticket's steps raised the version, the
 runs still in progress under the old one wait for a process of that version. At start a
-process says so in one line (:func:`upgrade_notice`) and names the two ways out (the
+process says so in one line (:func:`start_notices`, which also names the runs that
+wait on an executor that is gone) and names the two ways out (the
 runbook in docs/durable.md): drain them with the old code, or mark them for retry under
 the new version (``tether runs retry --stranded``: each re-runs from its first step, under
 the same workflow id, so with the same run ids and idempotency keys).
@@ -17,7 +18,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from tether_desk.db import Database
 from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
+from tether_desk.operations.liveness import executors
 from tether_desk.operations.runs import ACTIVE
 
 
@@ -44,21 +47,47 @@ def notice(counts: Counter[str], version: str, db: str) -> str | None:
     )
 
 
-def upgrade_notice(system_url: str, version: str, db: str) -> str | None:
-    """:func:`notice` for the durable log at ``system_url`` (nothing if it does not
-    exist yet or cannot be read: the process then says what goes wrong on its own)."""
+def orphaned(client: Any, desk_db: Database, version: str, me: str) -> Counter[str]:
+    """How many runs of ``version`` wait on each other executor that has no fresh
+    heartbeat (stopped or dead: they resume at its next start, or once recovered)."""
+    found = client.list_workflows(
+        name=[TICKET_WORKFLOW, APPROVAL_WORKFLOW],
+        status="PENDING",
+        app_version=version,
+        load_input=False,
+        load_output=False,
+    )
+    alive = {e for e, x in executors(desk_db).items() if x.alive()}
+    return Counter(
+        w.executor_id for w in found if w.executor_id not in alive and w.executor_id != me
+    )
+
+
+def start_notices(system_url: str, desk_db: Database, version: str, me: str, db: str) -> list[str]:
+    """What a starting process says about the log at ``system_url``: runs of another
+    version (:func:`notice`), runs waiting on executors that are gone. Nothing if the log
+    does not exist yet or cannot be read (the process then says what goes wrong itself)."""
     from dbos import DBOSClient
 
     url = make_url(system_url)
     if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
-        return None
+        return []
     try:
         client = DBOSClient(system_database_url=system_url, application_name="tether-desk")
     except Exception:
-        return None
+        return []
+    said: list[str] = []
     try:
-        return notice(other_versions(client, version), version, db)
+        line = notice(other_versions(client, version), version, db)
+        if line:
+            said.append(line)
+        for executor, n in sorted(orphaned(client, desk_db, version, me).items()):
+            said.append(
+                f"recovery: {n} run(s) wait on executor {executor!r}, which is not running: "
+                f"restart it with --id {executor}, or `tether runs recover {executor} --db {db}`"
+            )
     except Exception:
-        return None
+        return said
     finally:
         client.destroy()
+    return said
