@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
@@ -20,6 +21,9 @@ from tether_desk.operations.transient import is_transient
 
 log = logging.getLogger("tether_desk")
 NAMES = [TICKET_WORKFLOW, APPROVAL_WORKFLOW]
+MAX_RETRIES = 5
+"""A run that fails on a transient error this many times is left to an operator (it
+shows as ERROR, needing attention)."""
 
 
 def _active_here() -> set[str]:
@@ -42,6 +46,7 @@ class Healer:
         self.executor_id = executor_id
         self.version = version
         self._suspects: set[str] = set()
+        self._retried: Counter[str] = Counter()
 
     def heal(self) -> list[str]:
         """One pass; returns what it resumed."""
@@ -50,7 +55,8 @@ class Healer:
             name=NAMES, status="ERROR", app_version=self.version, load_input=False
         )
         for w in failed:
-            if is_transient(w.error):
+            if is_transient(w.error) and self._retried[w.workflow_id] < MAX_RETRIES:
+                self._retried[w.workflow_id] += 1
                 said = ops.retry(self.client, self.db, w.workflow_id, self.version)
                 log.warning("healed after a transient fault: %s", said)
                 healed.append(w.workflow_id)
