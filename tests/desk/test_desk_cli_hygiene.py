@@ -175,11 +175,17 @@ def _start(args: list[str], port: int) -> subprocess.Popen[str]:
     raise AssertionError("not listening in time")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_stops_cleanly_on_sigterm_and_sigint(tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.parametrize(
+    ("sig", "more"),
+    [(signal.SIGTERM, ()), (signal.SIGINT, ()), (signal.SIGTERM, ("--workers", "2"))],
+)
+def test_serve_stops_cleanly_on_sigterm_and_sigint(
+    tmp_path: Path, sig: signal.Signals, more: tuple[str, ...]
+) -> None:
     port = free_port()
     db = str(tmp_path / "desk.db")
-    process = _start(["serve", "--db", db, "--model", "scripted", "--port", str(port)], port)
+    args = ["serve", "--db", db, "--model", "scripted", "--port", str(port), *more]
+    process = _start(args, port)
     process.send_signal(sig)
     out = process.communicate(timeout=60)[0]
     assert process.returncode == 0, out
