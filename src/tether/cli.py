@@ -162,7 +162,12 @@ def replay_command(
         for line in trace_lines(cassette):
             console.print(line, markup=False, highlight=False)
         return
-    result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
+    try:
+        result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
+    except TetherError as exc:
+        fail(str(exc), 1 if isinstance(exc, ReplayDivergence) else 2)
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        fail(f"{path} is a malformed cassette ({type(exc).__name__}); record it again")
     try:
         replayer.verify(result)
     except ReplayDivergence as exc:

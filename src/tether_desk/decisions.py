@@ -78,6 +78,9 @@ def claim_decision(
 ) -> Claimed:
     """Check and record a decision; raises a :class:`~tether_desk.errors.DeskError`
     saying what to do when it cannot be taken."""
+    from tether_desk.operations.attention import refuse_undeliverable
+
+    refuse_undeliverable(desk, approval_id)  # a run no process can resume: say so
     reason = reason.strip()[:MAX_REASON]
     now = utcnow()
     status = "approved" if approve else "denied"

@@ -213,6 +213,8 @@ class Cassette:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{source} is not JSON ({exc}); record it again") from exc
+        except RecursionError as exc:
+            raise ConfigError(f"{source} is nested too deeply; record it again") from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ConfigError(f"{source} is not a tether cassette; record it again")
         if data.get("version") != VERSION:
@@ -226,6 +228,9 @@ class Cassette:
             for i in interactions
         ):
             raise ConfigError(f"{source} has malformed interactions; record it again")
+        for key in ("meta", "outcome"):
+            if not isinstance(data.get(key) or {}, dict):
+                raise ConfigError(f"{source} has a malformed {key!r}; record it again")
         return cls(interactions, dict(data.get("meta") or {}), data.get("outcome"))
 
     @classmethod
@@ -236,4 +241,6 @@ class Cassette:
             text = target.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read the cassette {target}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{target} is not a text file; record it again") from exc
         return cls.from_json(text, str(target))

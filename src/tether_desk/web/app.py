@@ -152,6 +152,10 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyGuard)
 
+    from tether_desk.web import faults
+
+    faults.install(app)
+
     @app.exception_handler(DeskError)
     async def desk_error(request: Request, exc: DeskError) -> Response:
         if wants_json(request):
@@ -202,10 +206,12 @@ def create_app(
         request.session.clear()
         return RedirectResponse("/login", status_code=303)
 
-    from tether_desk.web import api, customer, staff, stream
+    from tether_desk.web import api, customer, health, operator, staff, stream
 
     app.include_router(customer.router)
     app.include_router(staff.router)
     app.include_router(stream.router)
     app.include_router(api.router)
+    app.include_router(operator.router)
+    app.include_router(health.router)
     return app

@@ -3,6 +3,7 @@ drafts to edit and send, the ledger. Only staff reach any of them."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Path, Query, Request
@@ -14,6 +15,7 @@ from tether_desk.decisions import claim_decision, resume
 from tether_desk.errors import DeskError
 from tether_desk.models import Order, Refund, Ticket
 from tether_desk.models import Staff as StaffRow
+from tether_desk.operations.attention import tickets_needing_attention
 from tether_desk.orders import order_view
 from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, inbox, save_draft, send_reply
 from tether_desk.trace import run_events, ticket_runs
@@ -52,7 +54,16 @@ async def staff_inbox(
     rows = inbox(desk.db, page, chosen, before=before, after=after)
     template = "inbox_rows.html" if request.headers.get("hx-request") else "inbox.html"
     cursor = f"&before={before}" if before else f"&after={after}" if after else ""
-    return render(request, template, page=rows, status=chosen, statuses=STATUSES, cursor=cursor)
+    attention = await asyncio.to_thread(tickets_needing_attention, desk)
+    return render(
+        request,
+        template,
+        page=rows,
+        status=chosen,
+        statuses=STATUSES,
+        cursor=cursor,
+        attention=attention,
+    )
 
 
 @router.get("/tickets/{ticket_id}", response_class=HTMLResponse)
@@ -76,6 +87,7 @@ def staff_ticket(request: Request, who: Staff, desk: DeskDep, ticket_id: Id) -> 
         approvals=ticket_approvals(desk.db, ticket_id),
         draft=draft_of(desk.db, ticket_id),
         max_body=MAX_BODY,
+        attention=tickets_needing_attention(desk),
     )
 
 
