@@ -28,7 +28,9 @@ def login(client: TestClient, who: str) -> str:
     csrf = token(client)
     r = client.post("/login", data={"email": email, "password": password, "csrftoken": csrf})
     assert r.status_code == 200, r.text
-    return csrf
+    match = TOKEN.search(r.text)  # the token is bound to the new session
+    assert match, "no CSRF token after login"
+    return match.group(1)
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 20) -> None:
