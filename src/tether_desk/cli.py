@@ -9,6 +9,7 @@ Only typer is imported here; the desk's dependencies load when a command runs, s
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -107,7 +108,9 @@ def serve_command(
     runs = "plain: tickets run in this process" if workers == 1 else "plain: in each worker"
     if not plain:
         runs = _runs_line(_durable(desk, worker_id, process))
-    app = create_app(desk) if workers == 1 else None
+    from tether_desk.web.settings import WebSettings
+
+    app = create_app(desk, settings=WebSettings.from_env(os.environ)) if workers == 1 else None
     where = db if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
     typer.echo(f"runs:     {runs}")
@@ -117,7 +120,9 @@ def serve_command(
         typer.echo(f"  {a.role:8} {a.email:32} password {a.password}")
     try:
         if app is not None:
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            config = uvicorn.Config(
+                app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
+            )  # forwarded headers: only from TETHER_DESK_TRUSTED_PROXIES (the app reads them)
             uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
         else:
             from tether_desk.models_cli import resolve_spec

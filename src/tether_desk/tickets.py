@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
-from tether_desk.errors import InvalidInput, NotFound
+from tether_desk.errors import InvalidInput, NotFound, RateLimited
 from tether_desk.models import Customer, Draft, Order, Ticket, TicketCount
 from tether_desk.orders import customer_order_id
 
@@ -76,11 +76,44 @@ def clean_text(value: str, field: str, limit: int) -> str:
     return text
 
 
-def open_ticket(db: Database, customer_id: int, order_number: str, subject: str, body: str) -> int:
-    """Open a ticket for the customer on their order ``order_number``; returns its id."""
+_RECENT = select(func.count(Ticket.id)).where(
+    Ticket.customer_id == bindparam("customer_id"), Ticket.created_at >= bindparam("since")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TicketRate:
+    """At most ``tickets`` new tickets per customer per ``window``."""
+
+    tickets: int
+    window: timedelta
+
+
+def open_ticket(
+    db: Database,
+    customer_id: int,
+    order_number: str,
+    subject: str,
+    body: str,
+    *,
+    rate: TicketRate | None = None,
+) -> int:
+    """Open a ticket for the customer on their order ``order_number``; returns its id.
+    ``rate``: refuse (:class:`RateLimited`, before anything is stored or run) a ticket
+    past the customer's allowance, counted in the same transaction."""
     subject = clean_text(subject, "subject", MAX_SUBJECT)
     body = clean_text(body, "message", MAX_BODY)
     with db.write_connection() as c:
+        if rate is not None:
+            since = utcnow() - rate.window
+            recent = int(c.scalar(_RECENT, {"customer_id": customer_id, "since": since}) or 0)
+            if recent >= rate.tickets:
+                minutes = max(1, round(rate.window.total_seconds() / 60))
+                raise RateLimited(
+                    f"You opened {recent} tickets in the last {minutes} minute(s); "
+                    "we are on them. Wait a few minutes before opening another.",
+                    int(rate.window.total_seconds()),
+                )
         order_id = customer_order_id(c, customer_id, order_number)
         values = {"customer_id": customer_id, "order_id": order_id, "subject": subject}
         return int(c.scalar(_INSERT_TICKET, {**values, "body": body}) or 0)

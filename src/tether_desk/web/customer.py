@@ -17,7 +17,7 @@ from tether_desk.tickets import (
     open_ticket,
 )
 from tether_desk.web.app import render
-from tether_desk.web.deps import Customer, DeskDep, WorkerDep
+from tether_desk.web.deps import Customer, DeskDep, WorkerDep, ticket_rate
 
 router = APIRouter(prefix="/my")
 Page = Annotated[int, Query(ge=1, le=100_000)]
@@ -59,7 +59,7 @@ def create_ticket(
 ) -> Response:
     """Open a ticket; the order must be one of the customer's own."""
     try:
-        ticket_id = open_ticket(desk.db, who.id, order, subject, text)
+        ticket_id = open_ticket(desk.db, who.id, order, subject, text, rate=ticket_rate(request))
     except DeskError as exc:
         with desk.db.read() as s:
             orders = customer_orders(s, who.id)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+
+SECURE_ENV = "TETHER_DESK_SECURE"
+HSTS_ENV = "TETHER_DESK_HSTS_SECONDS"
+PROXIES_ENV = "TETHER_DESK_TRUSTED_PROXIES"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +43,18 @@ class WebSettings:
     def cookie_prefix(self) -> str:
         """``__Host-`` behind TLS, else nothing."""
         return "__Host-" if self.secure_cookies else ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WebSettings:
+        """Settings from a deployment's environment: ``TETHER_DESK_SECURE=1`` (served over
+        TLS: Secure ``__Host-`` cookies and HSTS for a year unless
+        ``TETHER_DESK_HSTS_SECONDS`` says otherwise), ``TETHER_DESK_TRUSTED_PROXIES``
+        (comma-separated proxy addresses whose forwarded headers are believed)."""
+        secure = env.get(SECURE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+        hsts = env.get(HSTS_ENV, "").strip()
+        proxies = tuple(p.strip() for p in env.get(PROXIES_ENV, "").split(",") if p.strip())
+        return cls(
+            secure_cookies=secure,
+            hsts_seconds=int(hsts) if hsts.isdigit() else (31_536_000 if secure else 0),
+            trusted_proxies=proxies,
+        )
