@@ -194,8 +194,7 @@ def test_a_customer_cannot_open_thirty_tickets_in_two_seconds(desk: Desk) -> Non
         csrf = login(c, "marie")
         before = tickets(desk)
         codes = [
-            c.post("/my/tickets", data={**TICKET, "csrftoken": csrf}).status_code
-            for _ in range(30)
+            c.post("/my/tickets", data={**TICKET, "csrftoken": csrf}).status_code for _ in range(30)
         ]
         r = c.post("/api/tickets", json=TICKET, headers={"x-csrftoken": csrf})
         assert r.status_code == 429 and "Wait a few minutes" in r.json()["detail"]
@@ -214,7 +213,7 @@ def test_a_customer_cannot_open_thirty_tickets_in_two_seconds(desk: Desk) -> Non
 @pytest.mark.parametrize(
     ("path", "kwargs", "status"),
     [
-        ("/my/tickets", {"content": b"x" * 100_000, "headers": {"content-type": "text/plain"}}, 415),
+        ("/my/tickets", {"content": b"x" * 10, "headers": {"content-type": "text/plain"}}, 415),
         (
             "/my/tickets",
             {
