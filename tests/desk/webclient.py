@@ -41,3 +41,10 @@ def wait_for(check: Callable[[], bool], seconds: float = 20) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def hidden(html: str, name: str) -> str:
+    """The value of the first hidden field ``name`` on a page."""
+    match = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert match, f"no field {name}"
+    return match.group(1)

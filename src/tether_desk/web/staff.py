@@ -24,6 +24,7 @@ router = APIRouter(prefix="/staff")
 Page = Annotated[int, Query(ge=1, le=100_000)]
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
 TicketId = Annotated[int, Query(ge=1, le=2**31 - 1)]
+Version = Annotated[int, Form(ge=0, le=2**31 - 1)]
 STATUSES = (
     "new",
     "triaging",
@@ -86,16 +87,28 @@ def staff_save_draft(
     desk: DeskDep,
     ticket_id: Id,
     body: Annotated[str, Form(max_length=MAX_BODY * 4)],
+    draft_version: Version,
 ) -> Response:
-    """Save the reply draft (edited by staff); nothing is sent."""
-    save_draft(desk.db, ticket_id, body, "staff")
+    """Save the reply draft (edited by staff) over the version the editor started from
+    (0: none); nothing is sent. A draft changed meanwhile is not overwritten."""
+    save_draft(desk.db, ticket_id, body, "staff", expected_version=draft_version)
     return RedirectResponse(f"/staff/tickets/{ticket_id}#draft", status_code=303)
 
 
 @router.post("/tickets/{ticket_id}/send", response_class=HTMLResponse)
-def staff_send(request: Request, who: Staff, desk: DeskDep, ticket_id: Id) -> Response:
-    """Send the draft to the customer."""
-    send_reply(desk.db, ticket_id, who.id)
+def staff_send(
+    request: Request,
+    who: Staff,
+    desk: DeskDep,
+    ticket_id: Id,
+    ticket_version: Version,
+    draft_version: Version,
+) -> Response:
+    """Send the draft to the customer: exactly the draft version this screen showed, on
+    the ticket as it showed it; otherwise a page says what changed."""
+    send_reply(
+        desk.db, ticket_id, who.id, ticket_version=ticket_version, draft_version=draft_version
+    )
     return RedirectResponse(f"/staff/tickets/{ticket_id}", status_code=303)
 
 
