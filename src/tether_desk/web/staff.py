@@ -14,6 +14,7 @@ from tether_desk.decisions import claim_decision, resume
 from tether_desk.errors import DeskError
 from tether_desk.models import Order, Refund, Ticket
 from tether_desk.models import Staff as StaffRow
+from tether_desk.money import parse_amount
 from tether_desk.orders import order_view
 from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, inbox, save_draft, send_reply
 from tether_desk.trace import run_events, ticket_runs
@@ -139,12 +140,16 @@ def staff_decide(
     worker: WorkerDep,
     approval_id: Id,
     decision: Annotated[str, Form(pattern="^(approve|deny)$")],
-    arguments_hash: Annotated[str, Form(max_length=64)] = "",
+    arguments_hash: Annotated[str, Form(min_length=1, max_length=64)],
     typed_amount: Annotated[str, Form(max_length=32)] = "",
     reason: Annotated[str, Form(max_length=2000)] = "",
+    approve_amount: Annotated[str, Form(max_length=32)] = "",
 ) -> Response:
-    """Approve or deny; the run resumes in the background and the ticket page shows it."""
+    """Approve (the amount proposed, or the lower ``approve_amount``) or deny the call
+    whose arguments hash the screen showed; the run resumes in the background and the
+    ticket page shows it."""
     try:
+        lower = parse_amount(approve_amount) if approve_amount.strip() else None
         claimed = claim_decision(
             desk,
             approval_id,
@@ -152,7 +157,8 @@ def staff_decide(
             approve=decision == "approve",
             typed_amount=typed_amount,
             reason=reason,
-            arguments_hash=arguments_hash or None,
+            arguments_hash=arguments_hash,
+            approve_cents=lower,
         )
     except DeskError as exc:
         return render(
