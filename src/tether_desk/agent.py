@@ -152,8 +152,8 @@ def propose_refund(
     if cents == asked:
         return done.sentence()
     return (
-        f"Staff approved {format_cents(cents)} EUR of the {format_cents(asked)} EUR "
-        f"proposed. {done.sentence()}"
+        f"{done.sentence()} Staff approved {format_cents(cents)} EUR of the "
+        f"{format_cents(asked)} EUR proposed."
     )
 
 
