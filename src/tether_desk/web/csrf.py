@@ -2,9 +2,9 @@
 
 Two checks, both required:
 
-* **Origin.** A browser's ``Origin`` header (or, without one, ``Sec-Fetch-Site``) must
-  name this console's own origin: a page on another port or a sibling subdomain is
-  same-site but not same-origin, and is refused.
+* **Origin.** A browser's ``Origin`` header (or, when it is absent or ``null``,
+  ``Sec-Fetch-Site``) must name this console's own origin: a page on another port or a
+  sibling subdomain is same-site but not same-origin, and is refused.
 * **Token.** The token is an HMAC, under a secret kept in the database, of the browser's
   session id (the SHA-256 of the session cookie) or, before login, of a random anonymous
   cookie. It arrives in the form field ``csrftoken`` or the ``x-csrftoken`` header. A token
@@ -119,10 +119,12 @@ class Csrf:
         headers: dict[bytes, bytes] = dict(scope.get("headers") or [])
         origin = headers.get(b"origin")
         host = headers.get(b"host", b"").decode("latin-1")
-        if origin is not None:
-            return origin.decode("latin-1") == f"{scope.get('scheme', 'http')}://{host}"
         site = headers.get(b"sec-fetch-site")
-        return bool(site is None or site in (b"same-origin", b"none"))
+        if origin is not None and origin != b"null":
+            return origin.decode("latin-1") == f"{scope.get('scheme', 'http')}://{host}"
+        if site is not None:
+            return site in (b"same-origin", b"none")
+        return origin is None  # "null" without Sec-Fetch-Site: an opaque origin, refused
 
 
 def _const(value: str) -> Callable[[], str]:

@@ -4,8 +4,8 @@
   route accepts (415) and form bodies that are not UTF-8 (400), before anything parses them.
 * :class:`SecurityHeaders` sends, on every response (errors, 413 and 415 included), a
   Content-Security-Policy with no inline script or style, ``nosniff``, no framing, no
-  referrer, ``Cache-Control: no-store`` (everything but the static files) and, behind TLS,
-  ``Strict-Transport-Security``.
+  referrer to other sites, ``Cache-Control: no-store`` (everything but the static files)
+  and, behind TLS, ``Strict-Transport-Security``.
 * :class:`tether_desk.web.csrf.Csrf` checks the origin and the session-bound token.
 """
 
@@ -110,7 +110,7 @@ class SecurityHeaders:
             (b"content-security-policy", CSP.encode()),
             (b"x-content-type-options", b"nosniff"),
             (b"x-frame-options", b"DENY"),
-            (b"referrer-policy", b"no-referrer"),
+            (b"referrer-policy", b"same-origin"),  # no referrer leaves; Origin stays real
             (b"cross-origin-opener-policy", b"same-origin"),
         ]
         if hsts_seconds > 0:
