@@ -13,12 +13,12 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import and_, bindparam, delete, func, select, update
 
-from tether_desk.accounts import Principal, load_principal
+from tether_desk.accounts import Principal
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
-from tether_desk.models import WebSession
+from tether_desk.models import Customer, Staff, WebSession
 from tether_desk.web.settings import WebSettings
 
 TOUCH_EVERY = timedelta(seconds=60)
@@ -29,6 +29,21 @@ accurate to this; it saves a write per request)."""
 def session_id(token: str) -> str:
     """The row id of a cookie's token: its SHA-256, in hex."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+_LOAD = (
+    select(
+        WebSession.role,
+        WebSession.account_id,
+        WebSession.last_seen_at,
+        func.coalesce(Customer.name, Staff.name),
+        func.coalesce(Customer.email, Staff.email),
+    )
+    .outerjoin(Customer, and_(WebSession.role == "customer", Customer.id == WebSession.account_id))
+    .outerjoin(Staff, and_(WebSession.role == "staff", Staff.id == WebSession.account_id))
+    .where(WebSession.id == bindparam("id_"), WebSession.expires_at > bindparam("now_"))
+)
+_TOUCH = update(WebSession).where(WebSession.id == bindparam("id_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,26 +75,24 @@ class SessionStore:
         return token
 
     def load(self, token: str) -> Principal | None:
-        """Who the token's live session belongs to, or ``None`` (ended, expired, unknown:
-        an expired row is deleted)."""
+        """Who the token's live session belongs to, or ``None`` (ended, expired, unknown,
+        or its account gone: an idle row is deleted). One indexed read."""
         key = session_id(token)
         now = utcnow()
-        with self.db.read() as s:
-            row = s.execute(
-                select(WebSession.role, WebSession.account_id, WebSession.last_seen_at)
-                .where(WebSession.id == key, WebSession.expires_at > now)
-                .limit(1)
-            ).one_or_none()
+        with self.db.read_connection() as c:
+            row = c.execute(_LOAD, {"id_": key, "now_": now}).one_or_none()
         if row is None:
             return None
-        role, account_id, seen = row
+        role, account_id, seen, name, email = row
         if now - seen >= self.settings.session_idle:
             self.end(token)
             return None
         if now - seen >= TOUCH_EVERY:
-            with self.db.write() as s:
-                s.execute(update(WebSession).where(WebSession.id == key).values(last_seen_at=now))
-        return load_principal(self.db, role, account_id)
+            with self.db.write_connection() as c:
+                c.execute(_TOUCH, {"id_": key, "last_seen_at": now})
+        if name is None:
+            return None
+        return Principal("staff" if role == "staff" else "customer", account_id, name, email)
 
     def end(self, token: str) -> None:
         """End the token's session."""
