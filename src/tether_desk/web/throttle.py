@@ -24,7 +24,8 @@ from tether_desk.models import LoginThrottle
 from tether_desk.web.settings import WebSettings
 
 FORGET_AFTER = timedelta(hours=24)
-"""A key with no failure for this long starts again from zero."""
+"""A key with no failure for this long starts again from zero (its row is deleted at the
+next failure of any key)."""
 
 
 def keys(email: str, address: str) -> tuple[str, str]:
@@ -76,6 +77,7 @@ class Throttle:
     def _count(self, limits: dict[str, int]) -> None:
         now = utcnow()
         with self.db.write() as s:
+            s.execute(delete(LoginThrottle).where(LoginThrottle.last_failure < now - FORGET_AFTER))
             for key, threshold in limits.items():
                 row = s.get(LoginThrottle, key)
                 if row is None:
