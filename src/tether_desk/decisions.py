@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from tether.errors import StateError
 from tether.messages import Usage
@@ -24,8 +24,9 @@ from tether_desk.agent import refund_agent
 from tether_desk.approvals import commitments
 from tether_desk.clock import utcnow
 from tether_desk.errors import Conflict, InvalidInput, NotFound, RuleViolation
-from tether_desk.models import Approval, Order, Refund, Run, Ticket
+from tether_desk.models import Approval, Order, Run, Ticket
 from tether_desk.money import format_cents, parse_amount
+from tether_desk.orders import refunded_cents
 from tether_desk.pipeline import Desk, load_scope, set_status, settle
 from tether_desk.trace import RunRecorder
 
@@ -47,13 +48,11 @@ _FOR_DECISION = (
         Ticket.order_id,
         Order.number,
         Order.amount_paid_cents,
-        select(func.coalesce(func.sum(Refund.amount_cents), 0))
-        .where(Refund.order_id == Ticket.order_id)
-        .scalar_subquery(),
     )
     .join(Ticket, Ticket.id == Approval.ticket_id)
     .join(Order, Order.id == Ticket.order_id)
     .where(Approval.id == bindparam("approval_id"))
+    .with_for_update(of=Order)  # PostgreSQL: decisions on one order, one at a time
 )
 _PENDING = update(Approval).where(
     Approval.id == bindparam("approval_id"), Approval.status == "pending"
@@ -143,12 +142,14 @@ def _check_approval(c: Connection, a: Any, typed_amount: str, approve_cents: int
             f"Approve an amount above 0 and at most the {format_cents(a.amount_cents)} EUR "
             "proposed; nothing was refunded."
         )
+    # read after the order's lock, each in its own statement (see refunds.py)
     committed = commitments(c, a.id, a.ticket_id, a.order_id)
-    remaining = a.amount_paid_cents - int(a[-1]) - committed.approved_unpaid_cents
+    refunded = refunded_cents(c, a.order_id)
+    remaining = a.amount_paid_cents - refunded - committed.approved_unpaid_cents
     if cents > remaining:
         raise RuleViolation(
             f"Only {format_cents(max(remaining, 0))} EUR can still be refunded on {a.number} "
-            f"(paid {format_cents(a.amount_paid_cents)}, refunded {format_cents(int(a[-1]))}, "
+            f"(paid {format_cents(a.amount_paid_cents)}, refunded {format_cents(refunded)}, "
             f"approved and not yet paid {format_cents(committed.approved_unpaid_cents)}); "
             "approve a lower amount or deny. Nothing was refunded."
         )
