@@ -172,9 +172,10 @@ def serve_command(
         durable = _durable(desk, worker_id, process)
         runs = _runs_line(durable)
         _upgrade_notice(durable, db)
-    app = create_app(desk) if workers == 1 else None
     from tether_desk.operations.checks import shown
+    from tether_desk.web.settings import WebSettings
 
+    app = create_app(desk, settings=WebSettings.from_env(os.environ)) if workers == 1 else None
     where = shown(db) if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
     typer.echo(f"states:   sealed with {_state_key_place(database)}")
@@ -185,7 +186,9 @@ def serve_command(
         typer.echo(f"  {a.role:8} {a.email:32} password {a.password}")
     try:
         if app is not None:
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            config = uvicorn.Config(
+                app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
+            )  # forwarded headers: only from TETHER_DESK_TRUSTED_PROXIES (the app reads them)
             uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
         else:
             from tether_desk.models_cli import resolve_spec
