@@ -4,6 +4,7 @@ whole session (the desk's and the durable mode's tests), a fresh database per te
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -12,7 +13,11 @@ from pydantic import Field
 
 from postgres_server import PostgresServer, pg_bin, postgres_server
 from tether.errors import ToolFailure
+from tether.state_seal import KEYS_ENV, StateKeys
 from tether.tools import FunctionTool, tool
+
+# Run states are sealed: every test (and every process a test starts) shares one fresh key.
+os.environ[KEYS_ENV] = StateKeys.generate("tests").dumps()
 
 ORDERS = {"C-1042": ("expediee", 89.90), "C-2210": ("livree", 35.0)}
 

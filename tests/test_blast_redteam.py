@@ -47,7 +47,7 @@ async def test_every_builtin_scenario_stays_inside_its_radius() -> None:
 async def test_every_suite_case_stays_inside_its_radius() -> None:
     report = await check_suite()
     cases = sum(len(d.cases) for d in DOMAINS)
-    assert cases == 44
+    assert cases >= 44  # the 44 original cases and the ones added since
     assert report.runs == 2 * cases
     assert report.calls > 0 and report.unjudged == 0
     assert report.breaches == (), report.render()

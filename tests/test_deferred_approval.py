@@ -72,7 +72,10 @@ async def test_denied_and_bad_decisions(tools: list[FunctionTool]) -> None:
     assert refunds == []
     res = second.transcript[2].tool_results[0]
     assert res.is_error and "Refused by the user" in res.content and "not this one" in res.content
-    with pytest.raises(StateError, match="not awaiting"):
+    with pytest.raises(StateError, match="not sealed"):  # made by hand: refused unread
         await a.resume(RunState("r", second.transcript), [])
+    done = RunState("r", second.transcript, agent=a.fingerprint).sealed(a.state_keys)
+    with pytest.raises(StateError, match="not awaiting"):
+        await a.resume(done, [])
     with pytest.raises(StateError, match="cannot read"):
         RunState.from_json('{"version": 9}')

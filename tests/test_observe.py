@@ -35,7 +35,7 @@ CHAT_ATTRIBUTES = {
     "gen_ai.usage.input_tokens",
     "gen_ai.usage.output_tokens",
     "gen_ai.usage.cache_read.input_tokens",
-    "gen_ai.usage.cache_write.input_tokens",
+    "gen_ai.usage.cache_creation.input_tokens",
 }
 TOOL_ATTRIBUTES = {
     "gen_ai.operation.name",
@@ -153,7 +153,7 @@ async def test_run_makes_agent_chat_and_tool_spans_with_convention_attributes(
     first = dict(chats[0].attributes or {})
     assert set(first) == CHAT_ATTRIBUTES - {
         "gen_ai.response.model",
-        "gen_ai.usage.cache_write.input_tokens",
+        "gen_ai.usage.cache_creation.input_tokens",
     }
     assert first["gen_ai.operation.name"] == "chat"
     assert first["gen_ai.provider.name"] == "openai"

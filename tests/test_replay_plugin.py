@@ -96,3 +96,15 @@ def test_a_missing_cassette_fails_with_the_command_to_record_it(
     result.stdout.fnmatch_lines(
         ["*no cassette at *test_order.json: run pytest --record with TETHER_TEST_KEY set*"]
     )
+
+
+def test_an_async_cassette_test_runs_without_an_async_plugin(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_inner=INNER_TEST)
+    monkeypatch.setenv("TETHER_TEST_KEY", "sk-test-PLUGINKEY-0123456789")
+    monkeypatch.setenv("EXPECT", "record")
+    pytester.runpytest_subprocess("-p", "no:asyncio", "--record").assert_outcomes(passed=1)
+    monkeypatch.delenv("TETHER_TEST_KEY")
+    monkeypatch.setenv("EXPECT", "replay")
+    pytester.runpytest_subprocess("-p", "no:asyncio").assert_outcomes(passed=1)

@@ -13,6 +13,7 @@ from tether.loop import Agent
 from tether.messages import Message, ToolCall
 from tether.outcomes import RunState
 from tether.providers.scripted import ScriptedClient, call_reply
+from tether.state_seal import INSECURE_UNSEALED_STATES_FOR_TESTS as UNSEALED
 from tether.state_store import MemoryStateStore, SqlStateStore, StateStore
 from tether.tokens import estimate_tokens
 from tether.tools import FunctionTool, RunContext, tool
@@ -45,9 +46,18 @@ async def waiting(tools: list[FunctionTool]) -> tuple[Agent[None], RunState]:
 
 
 def edit(state: RunState, change: Any) -> str:
+    """``state`` edited by ``change``, sealed no more: the seal refuses it, and a test that
+    opts out of seals sees the consistency checks refuse it too."""
     data = json.loads(state.to_json())
     change(data)
-    return json.dumps(data)
+    text = json.dumps(data)
+    with pytest.raises(StateError, match="seal does not match"):
+        RunState.from_json(text)
+    return json.dumps({**data, "format": 2, "seal": ""})
+
+
+def unsealed(text: str) -> RunState:
+    return RunState.from_json(text, keys=UNSEALED)
 
 
 async def test_editing_only_the_pending_arguments_is_refused(tools: list[FunctionTool]) -> None:
@@ -57,13 +67,13 @@ async def test_editing_only_the_pending_arguments_is_refused(tools: list[Functio
         data["pending"][0]["arguments"]["amount"] = 900.0
 
     with pytest.raises(StateError, match="other arguments than the call that would run"):
-        RunState.from_json(edit(state, inflate))
+        unsealed(edit(state, inflate))
 
     def inflate_the_call(data: dict[str, Any]) -> None:  # the approver would see 9, 900 runs
         data["transcript"][1]["parts"][0]["arguments"]["amount"] = 900.0
 
     with pytest.raises(StateError, match="other arguments"):
-        RunState.from_json(edit(state, inflate_the_call))
+        unsealed(edit(state, inflate_the_call))
     assert refunds == []
 
 
@@ -74,7 +84,11 @@ async def test_a_corrupted_earlier_message_runs_nothing(tools: list[FunctionTool
         data["transcript"].insert(1, {"role": "tool", "parts": []})
 
     with pytest.raises(StateError, match="orphan result"):
-        await agent.resume(edit(state, corrupt), [state.pending[0].approve()])
+        unsealed(edit(state, corrupt))
+    tampered = state.to_json().replace('"text": "refund me"', '"text": "refund me 900"')
+    assert tampered != state.to_json()
+    with pytest.raises(StateError, match="seal does not match"):
+        await agent.resume(tampered, [state.pending[0].approve()])
     # the same corruption in an object built by hand is caught too
     bad = RunState(
         state.run_id,
@@ -119,19 +133,19 @@ async def test_pending_must_cover_the_open_calls_exactly(tools: list[FunctionToo
         data["ready_results"] = []
 
     with pytest.raises(StateError, match="neither pending nor answered"):
-        RunState.from_json(edit(state, drop_ready))
+        unsealed(edit(state, drop_ready))
 
     def other_tool(data: dict[str, Any]) -> None:
         data["pending"][0]["tool"] = "lire_commande"
 
     with pytest.raises(StateError, match="names 'lire_commande'"):
-        RunState.from_json(edit(state, other_tool))
+        unsealed(edit(state, other_tool))
 
     def foreign(data: dict[str, Any]) -> None:
         data["pending"][0]["run_id"] = "another-run"
 
     with pytest.raises(StateError, match="belongs to run"):
-        RunState.from_json(edit(state, foreign))
+        unsealed(edit(state, foreign))
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -179,8 +193,10 @@ async def test_states_of_one_run_are_numbered_and_stored_once(
     assert versions == [1, 2, 3, 4, 5]
     assert result.outcome.kind == "completed"
     assert [a for _, a in refunds] == [1.0, 2.0, 3.0, 4.0, 5.0]
-    if isinstance(store, MemoryStateStore):  # each message stored once: linear, not quadratic
-        assert len(store._messages[result.run_id]) == len(result.transcript) - 2
+    if isinstance(store, SqlStateStore):  # each message stored once: linear, not quadratic
+        with store.engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT count(*) FROM tether_run_messages").scalar()
+        assert rows == len(result.transcript) - 2
 
 
 async def test_a_store_refuses_a_state_that_rewrites_the_stored_transcript(
@@ -188,10 +204,10 @@ async def test_a_store_refuses_a_state_that_rewrites_the_stored_transcript(
 ) -> None:
     _, state = await waiting(tools)
     await store.save(state)
-    forged = RunState.from_json(
+    forged = unsealed(
         edit(state, lambda d: d["transcript"][0]["parts"][0].update(text="something else"))
     )
-    with pytest.raises(StateError, match="does not continue"):
+    with pytest.raises(StateError, match=r"does not continue|already has state 1"):
         await store.save(forged)
 
 

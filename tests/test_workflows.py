@@ -29,7 +29,7 @@ DOC = Path(__file__).parents[1] / "docs" / "workflows.md"
 
 
 def doc_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+    return re.findall(r"```python[^\n]*\n(.*?)```", DOC.read_text(), re.DOTALL)
 
 
 def worked_example() -> dict[str, Any]:
@@ -294,7 +294,8 @@ async def test_each_step_is_a_span_under_the_workflow_span() -> None:
     assert all(dict(c.attributes or {})["gen_ai.output.type"] == "json" for c in chats)
     attrs = dict(root.attributes or {})
     assert attrs["gen_ai.operation.name"] == "invoke_workflow"
-    assert attrs["gen_ai.agent.name"] == "triage"
+    assert attrs["gen_ai.workflow.name"] == "triage"
+    assert "gen_ai.agent.name" not in attrs
     assert attrs["gen_ai.conversation.id"] == result.run_id
     assert attrs["tether.outcome"] == "completed"
     assert attrs["gen_ai.usage.output_tokens"] == result.usage.output_tokens > 0

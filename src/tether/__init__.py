@@ -50,9 +50,10 @@ _EXPORTS: dict[str, str] = {
     "Pricing": "tether.limits",
     "Outcome": "tether.outcomes",
     "RunResult": "tether.outcomes",
-    "RunState": "tether.outcomes",
-    "PendingApproval": "tether.outcomes",
-    "Decision": "tether.outcomes",
+    "RunState": "tether.run_state",
+    "PendingApproval": "tether.run_state",
+    "Decision": "tether.run_state",
+    "StateKeys": "tether.state_seal",
     "ToolLoopChatClient": "tether.tool_loop_client",
     # test doubles
     "ScriptedClient": "tether.providers.scripted",
@@ -104,6 +105,7 @@ __all__ = [
     "RunState",
     "ScriptedClient",
     "StateError",
+    "StateKeys",
     "StopReason",
     "StructuredOutputError",
     "TetherError",
@@ -169,9 +171,11 @@ if TYPE_CHECKING:
     from tether.limits import Limits, Pricing
     from tether.loop import Agent
     from tether.messages import Message, StopReason, Text, ToolCall, ToolResult, Usage
-    from tether.outcomes import Decision, Outcome, PendingApproval, RunResult, RunState
+    from tether.outcomes import Outcome, RunResult
     from tether.providers.faults import FaultyClient
     from tether.providers.scripted import ScriptedClient
+    from tether.run_state import Decision, PendingApproval, RunState
+    from tether.state_seal import StateKeys
     from tether.structured import Extraction, extract
     from tether.tool_loop_client import ToolLoopChatClient
     from tether.tools import (

@@ -25,7 +25,9 @@ from tether.tools import ToolSpec
 
 TRACER_NAME = "tether"
 
-# Attribute names (GenAI semantic conventions).
+# Attribute names of the GenAI semantic conventions, as published in the Python package
+# opentelemetry-semantic-conventions 0.66b2 (pinned in the dev group; a test checks every
+# name below against it).
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
@@ -40,7 +42,7 @@ RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 USAGE_INPUT = "gen_ai.usage.input_tokens"
 USAGE_OUTPUT = "gen_ai.usage.output_tokens"
 USAGE_CACHE_READ = "gen_ai.usage.cache_read.input_tokens"
-USAGE_CACHE_WRITE = "gen_ai.usage.cache_write.input_tokens"
+USAGE_CACHE_CREATION = "gen_ai.usage.cache_creation.input_tokens"
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
@@ -53,6 +55,7 @@ TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 AGENT_NAME = "gen_ai.agent.name"
 AGENT_DESCRIPTION = "gen_ai.agent.description"
+WORKFLOW_NAME = "gen_ai.workflow.name"
 CONVERSATION_ID = "gen_ai.conversation.id"
 SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
@@ -118,7 +121,7 @@ def set_usage(span: Span, usage: Usage) -> None:
     if usage.cache_read_tokens:
         span.set_attribute(USAGE_CACHE_READ, usage.cache_read_tokens)
     if usage.cache_write_tokens:
-        span.set_attribute(USAGE_CACHE_WRITE, usage.cache_write_tokens)
+        span.set_attribute(USAGE_CACHE_CREATION, usage.cache_write_tokens)
 
 
 def message_json(message: Message) -> dict[str, Any]:

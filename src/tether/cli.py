@@ -131,6 +131,17 @@ def serve_local_command(
         fail(str(exc))
 
 
+@app.command("state-key")
+def state_key_command(
+    key_id: Annotated[str, typer.Option("--id", help="The new key's id.")] = "",
+) -> None:
+    """Print a fresh run-state key as TETHER_STATE_KEYS text (put it in front of the keys
+    in use to rotate them)."""
+    from tether.state_seal import StateKeys
+
+    typer.echo(StateKeys.generate(key_id or None).dumps())
+
+
 @app.command("replay")
 def replay_command(
     path: Annotated[str, typer.Argument(help="A cassette recorded by tether (JSON).")],
@@ -138,7 +149,7 @@ def replay_command(
     """Replay a recorded run from its cassette alone and print its trace."""
     from tether.errors import ReplayDivergence
     from tether.replay import Cassette, replay_agent_run
-    from tether.replay.trace import check_digests, trace_lines
+    from tether.replay.trace import check_digests, is_agent_run, trace_lines
 
     try:
         cassette = Cassette.load(path)
@@ -147,11 +158,16 @@ def replay_command(
         fail(str(exc), 1)
     except TetherError as exc:
         fail(str(exc))
-    if cassette.meta.get("kind") != "agent":  # a workflow's code is not in its cassette
+    if not is_agent_run(cassette):  # a workflow's code is not in its cassette
         for line in trace_lines(cassette):
             console.print(line, markup=False, highlight=False)
         return
-    result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
+    try:
+        result, replayer = asyncio.run(replay_agent_run(cassette, [_print_event]))
+    except TetherError as exc:
+        fail(str(exc), 1 if isinstance(exc, ReplayDivergence) else 2)
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        fail(f"{path} is a malformed cassette ({type(exc).__name__}); record it again")
     try:
         replayer.verify(result)
     except ReplayDivergence as exc:

@@ -66,6 +66,7 @@ RESULTS_HELP = (
 )
 
 _NAME_RE = re.compile(r'"name"\s*:\s*"([^"\\]{1,64})"')
+_ARGUMENTS_RE = re.compile(r'"arguments"\s*:\s*')
 
 
 def new_call_id() -> str:
@@ -370,7 +371,10 @@ def _unreadable(text: str, stop: StopReason, call_ids: Callable[[], str]) -> lis
     """Parts for a reply that is not JSON: a cut-off call, or prose."""
     if text.startswith("{") and '"tool_calls"' in text:
         match = _NAME_RE.search(text)
-        return [ToolCall(call_ids(), match.group(1) if match else "", {}, text)]
+        # the call's own arguments as far as they go, never the reply's envelope
+        start = _ARGUMENTS_RE.search(text, match.end() if match else 0)
+        raw = text[start.end() :] if start else ""
+        return [ToolCall(call_ids(), match.group(1) if match else "", {}, raw)]
     if text.startswith("{") and '"answer"' in text:
         # a cut-off answer: keep what was said, the stop reason tells it was cut
         return [Text(text)]

@@ -19,6 +19,7 @@ and are drawn here so the whole tree is in one place.
     ├── InvalidHistoryError      a history that no provider would accept (a bug, never sent)
     ├── RunNotCompleted          ``RunResult.output`` read on a run that did not complete
     ├── StateError               a run state or an approval decision that cannot be applied
+    │   └── StateClaimed             the state is resumed elsewhere, or was (tether.state_store)
     ├── StructuredOutputError    no valid object: invalid after the re-ask, refused, truncated
     │                                or context overflow (``kind`` says which)
     ├── WorkflowNotCompleted     ``WorkflowResult.output`` read on a workflow that did not complete
@@ -64,15 +65,22 @@ class ConfigError(TetherError):
 class ProviderError(TetherError):
     """A model provider failed after its own retries.
 
-    ``kind`` classifies the failure, ``status`` is the HTTP status when there was one.
+    ``kind`` classifies the failure, ``status`` is the HTTP status when there was one,
+    ``usage`` what a reply the adapter rejected had cost (it still counts toward limits).
     """
 
     def __init__(
-        self, message: str, *, kind: ProviderErrorKind = "other", status: int | None = None
+        self,
+        message: str,
+        *,
+        kind: ProviderErrorKind = "other",
+        status: int | None = None,
+        usage: Usage | None = None,
     ) -> None:
         super().__init__(message)
         self.kind: ProviderErrorKind = kind
         self.status = status
+        self.usage = usage
 
     @property
     def retryable(self) -> bool:
@@ -139,6 +147,10 @@ class RunNotCompleted(TetherError):
 
 class StateError(TetherError):
     """A saved run state or an approval decision cannot be applied to this run."""
+
+
+class StateClaimed(StateError):
+    """The state is being resumed by someone else, or already was: load the latest one."""
 
 
 OutputFailureKind = Literal["invalid", "refused", "truncated", "context_exceeded"]

@@ -16,7 +16,7 @@ and only a call that never started is ``not_run``.
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +30,7 @@ from tether.limits import Limits
 from tether.messages import ResultStatus, ToolCall, ToolResult
 from tether.outcomes import Decision, PendingApproval, arguments_hash
 from tether.rulings import ALLOW, CallPolicy, Ruling, strictest
+from tether.serial_keys import Resource, serial_resource
 from tether.tools import RunContext, Tool
 
 REFUSED = "Refused by the user; do not retry this call, propose another way."
@@ -47,6 +48,10 @@ ABANDONED = (
     "thread; it may still take effect. Check before doing it again."
 )
 CUT_HINT = "ask for less (a filter, a page) to see the rest"
+
+log = logging.getLogger("tether.tools")
+"""Each tool that raises is logged here at ERROR with its traceback (the model reads only
+``Tool 'x' failed.`` unless ``Limits.detailed_errors``)."""
 
 
 ASK = Ruling("ask", "this tool needs a human's approval", "requires_approval")
@@ -87,15 +92,30 @@ _serial_locks: weakref.WeakValueDictionary[tuple[Any, ...], asyncio.Lock] = (
 )
 
 
-def _serial_lock(tool: Tool, arguments: Mapping[str, Any]) -> asyncio.Lock | None:
-    """The lock that keeps calls of a ``serial`` tool from overlapping (per event loop,
-    per tool, and per argument value when the tool names one)."""
-    serial = tool.serial
-    if not serial:
+HELD = Ruling(
+    "ask",
+    "an earlier call of this turn on the same serial key waits for a human; this one runs "
+    "after it, in the model's order",
+    "serial_order",
+)
+"""Why a call that needs no approval waits: it shares a serial key with an earlier pending
+call. On resume it is ruled on again (a decision for it is honoured but not needed)."""
+
+
+def _resource(tool: Tool | None, call: ToolCall) -> Resource | None:
+    """The serial resource a call holds, if its tool declares one."""
+    if tool is None or not tool.serial or call.malformed:
         return None
-    key: tuple[Any, ...] = (id(asyncio.get_running_loop()), id(tool))
-    if isinstance(serial, str):
-        key += (json.dumps(arguments.get(serial), sort_keys=True, default=str),)
+    return serial_resource(tool.serial, id(tool), call.arguments)
+
+
+def _serial_lock(tool: Tool, arguments: Mapping[str, Any]) -> asyncio.Lock | None:
+    """The lock that keeps calls on one serial resource from overlapping (per event loop;
+    see :mod:`tether.serial_keys`)."""
+    if not tool.serial:
+        return None
+    resource = serial_resource(tool.serial, id(tool), arguments)
+    key: tuple[Any, ...] = (id(asyncio.get_running_loop()), *resource)
     lock = _serial_locks.get(key)
     if lock is None:
         lock = _serial_locks[key] = asyncio.Lock()
@@ -140,6 +160,21 @@ class Invoker:
         out = self.current = TurnOutcome([None] * len(calls), [])
         runnable: list[tuple[int, ToolCall, Tool | None, RunContext[Any]]] = []
         tools = self._tools
+        held: set[Resource] = set()  # serial resources with a call waiting for a human
+
+        def run_or_hold(i: int, call: ToolCall, tool: Tool, ctx: RunContext[Any]) -> None:
+            resource = _resource(tool, call)
+            if resource is not None and resource in held:
+                out.pending.append(self._pending(call, tool, ctx, HELD))
+            else:
+                runnable.append((i, call, tool, ctx))
+
+        def wait(pending: PendingApproval, tool: Tool, call: ToolCall) -> None:
+            out.pending.append(pending)
+            resource = _resource(tool, call)
+            if resource is not None:
+                held.add(resource)
+
         for i, call in enumerate(calls):
             ctx = make_ctx(call)
             progress[call.id] = _Progress(ctx)
@@ -150,11 +185,11 @@ class Invoker:
             elif decision is not None:
                 out.decisions[call.id] = decision
                 if decision.approved:
-                    runnable.append((i, call, tool, ctx))
+                    run_or_hold(i, call, tool, ctx)
                 else:
                     self._settle(out, i, call, denied_result(call.id, decision.reason), turn)
-            elif waiting is not None and call.id in waiting:
-                out.pending.append(waiting[call.id])
+            elif waiting is not None and call.id in waiting and not _held(waiting[call.id]):
+                wait(waiting[call.id], tool, call)
             else:
                 if self._policy is None and type(tool).ruling is Tool.ruling:
                     ruling = self._approval_only(tool, call, ctx)  # the common case
@@ -167,9 +202,9 @@ class Invoker:
                 if ruling.action == "deny":
                     self._settle(out, i, call, blocked_result(call.id, ruling), turn)
                 elif ruling.action == "ask":
-                    out.pending.append(self._pending(call, tool, ctx, ruling))
+                    wait(self._pending(call, tool, ctx, ruling), tool, call)
                 else:
-                    runnable.append((i, call, tool, ctx))
+                    run_or_hold(i, call, tool, ctx)
         if len(runnable) == 1:
             i, call, tool, ctx = runnable[0]
             out.results[i] = await self._one(call, tool, ctx, turn)
@@ -255,12 +290,8 @@ class Invoker:
         groups: dict[tuple[Any, ...], list[tuple[int, ToolCall, Tool | None, RunContext[Any]]]]
         groups = {}
         for item in runnable:
-            _, call, tool, _ = item
-            key: tuple[Any, ...] = (item[0],)
-            if tool is not None and tool.serial and not call.malformed:
-                key = ("serial", id(tool))
-                if isinstance(tool.serial, str):
-                    key += (json.dumps(call.arguments.get(tool.serial), default=str),)
+            resource = _resource(item[2], item[1])
+            key: tuple[Any, ...] = ("call", item[0]) if resource is None else resource
             groups.setdefault(key, []).append(item)
         return [self._chain(group, turn) for group in groups.values()]
 
@@ -331,7 +362,7 @@ class Invoker:
             return ToolResult(call.id, cap_text(str(exc), limits.max_result_chars), True)
         except TimeoutError as exc:
             if scope is None or not scope.expired():  # the tool's own timeout: a failure
-                return self._failure(call, exc)
+                return self._failure(call, exc, ctx)
             still = (
                 "it is still running in its worker thread and may still take effect"
                 if ctx.in_thread
@@ -344,9 +375,23 @@ class Invoker:
                 is_error=True,
             )
         except Exception as exc:
-            return self._failure(call, exc)
+            return self._failure(call, exc, ctx)
         return ToolResult(call.id, cap_text(text, limits.max_result_chars, CUT_HINT))
 
-    def _failure(self, call: ToolCall, exc: Exception) -> ToolResult:
+    def _failure(self, call: ToolCall, exc: Exception, ctx: RunContext[Any]) -> ToolResult:
+        log.error(
+            "tool %r raised %s (run %s, turn %d, call %s)",
+            call.name,
+            type(exc).__name__,
+            ctx.run_id,
+            ctx.turn,
+            call.id,
+            exc_info=exc,
+        )
         detail = f": {type(exc).__name__}: {exc}" if self._limits.detailed_errors else "."
         return ToolResult(call.id, f"Tool {call.name!r} failed{detail}", is_error=True)
+
+
+def _held(pending: PendingApproval) -> bool:
+    """Whether a pending call waits only for an earlier call on its serial key."""
+    return (pending.ruling or {}).get("rule") == HELD.rule

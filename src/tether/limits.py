@@ -92,6 +92,38 @@ class Budget:
         """Seconds left before the wall-time limit, if there is one."""
         return None if self._deadline is None else self._deadline - time.monotonic()
 
+    def output_allowance(self, usage: Usage) -> int | None:
+        """The most output tokens the next request may ask for, so that ``max_output_tokens``
+        and ``max_total_tokens`` hold as hard caps; ``None`` when neither is set."""
+        lim = self.limits
+        left = [
+            limit - used
+            for limit, used in (
+                (lim.max_output_tokens, usage.output_tokens),
+                (lim.max_total_tokens, usage.total_tokens),
+            )
+            if limit is not None
+        ]
+        return max(min(left), 1) if left else None
+
+    def overshoot(self, usage: Usage, *, truncated: bool = False) -> tuple[str, str] | None:
+        """After a reply: the limit the usage the provider reported went past (or reached,
+        when the reply was cut by the allowance) and a reason with the figures."""
+        lim = self.limits
+        inputs = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        for name, limit, used, cut in (
+            ("max_input_tokens", lim.max_input_tokens, inputs, False),
+            ("max_output_tokens", lim.max_output_tokens, usage.output_tokens, truncated),
+            ("max_total_tokens", lim.max_total_tokens, usage.total_tokens, truncated),
+        ):
+            if limit is not None and (used > limit or (cut and used >= limit)):
+                return name, f"{name} exceeded: {used} tokens used of {limit}"
+        if lim.max_cost is not None and lim.pricing is not None:
+            cost = lim.pricing.cost(usage)
+            if cost > lim.max_cost:
+                return "max_cost", f"max_cost exceeded: {cost:.6g} spent of {lim.max_cost:.6g}"
+        return None
+
     def exhausted(self, usage: Usage) -> str | None:
         """The name of the first exhausted limit, or ``None``."""
         lim = self.limits

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Generic
@@ -25,7 +25,7 @@ from typing_extensions import TypeVar
 
 from tether.answers import REASKS_KEY, FinalAnswers, Invalid, Reask, Valid
 from tether.clients import ChatClient, ChatOptions, ChatResponse, ResponseDone, TextDelta
-from tether.errors import ContextWindowExceeded, InvalidHistoryError, ProviderError, StateError
+from tether.errors import ContextWindowExceeded, InvalidHistoryError, ProviderError
 from tether.events import (
     Event,
     Listener,
@@ -39,9 +39,13 @@ from tether.history import HistoryChecker
 from tether.invoke import NOT_RUN_TRUNCATED, Invoker, TurnOutcome
 from tether.limits import Budget, Limits
 from tether.messages import TOO_DEEP, Message, Text, ToolCall, ToolResult, Usage, within_depth
-from tether.outcomes import NO_VALUE, Decision, Outcome, PendingApproval, RunResult, RunState
+from tether.outcomes import NO_VALUE, Outcome, RunResult
 from tether.rulings import CallPolicy
-from tether.state_store import StateStore
+from tether.run_handle import RunHandle
+from tether.run_state import Decision, PendingApproval, RunState
+from tether.state_gate import Migration, check_decisions, open_state
+from tether.state_seal import StateKeys, agent_fingerprint, resolve_keys
+from tether.state_store import StateStore, leased
 from tether.structured import OutputType
 from tether.tools import DepsT, RunContext, Tool
 
@@ -68,6 +72,8 @@ class _Run:
     memo: dict[str, Any] = field(default_factory=dict)
     version: int = 0
     """Version of the state this run was resumed from (0 for a new run)."""
+    digest: tuple[int, str] | None = None
+    """Length and hash chain of the transcript it was resumed with (``None``: new run)."""
     ready: dict[str, ToolResult] = field(default_factory=dict)
     """Results of the open turn's calls that ran before an approval round."""
     turn_metadata: dict[str, Any] = field(default_factory=dict)
@@ -85,6 +91,12 @@ class Agent(Generic[DepsT, OutputT]):
     ``tether.structured.OutputType.of(...)`` for a ``Literal``) every request asks the provider
     for that schema, the final answer is validated into it (one re-ask when invalid, within
     the run's bounds) and ``result.output`` is the object (see :mod:`tether.answers`).
+
+    A run waiting for approval leaves a state sealed with ``state_key`` (a
+    :class:`~tether.state_seal.StateKeys` ring or its ``id:secret,...`` text; default
+    ``$TETHER_STATE_KEYS``, else a key of this process alone, whose states cannot leave it).
+    ``state_migrations`` maps the :attr:`fingerprint` of an older agent to a function that
+    carries its states over (see ``docs/run-state.md``).
     """
 
     def __init__(
@@ -100,6 +112,8 @@ class Agent(Generic[DepsT, OutputT]):
         stream: bool = False,
         policy: CallPolicy | None = None,
         output_type: type[OutputT] | OutputType[OutputT] | None = None,
+        state_key: StateKeys | str | None = None,
+        state_migrations: Mapping[str, Migration] | None = None,
     ) -> None:
         self.client = client
         self.tools: dict[str, Tool] = {}
@@ -120,6 +134,14 @@ class Agent(Generic[DepsT, OutputT]):
         self.listeners: list[Listener] = list(listeners)
         self.stream = stream
         self.policy = policy
+        self.state_keys = resolve_keys(state_key)
+        self.state_migrations = dict(state_migrations or {})
+
+    @property
+    def fingerprint(self) -> str:
+        """What this agent's states are bound to: its tools' names, schemas, effects, roles
+        and approvals, and its policy (:func:`~tether.state_seal.agent_fingerprint`)."""
+        return agent_fingerprint(self.tools.values(), self.policy)
 
     # --- public entry points ------------------------------------------------------------
 
@@ -160,37 +182,21 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> RunResult[OutputT]:
         """Continue a run that was awaiting approval, applying the human's decisions.
 
-        The whole state is checked first (:meth:`RunState.check`); a decision must come from
-        this run, name a pending call and carry the hash of its exact arguments; anything
-        else raises :class:`~tether.errors.StateError` and runs nothing. With ``store``, the
-        state is claimed there first, so that it is resumed once, whoever tries.
+        Verify, claim, run: the state's seal is checked before anything in it is read, then
+        that it was made by this agent, then the decisions (each from this run, for a
+        pending call and the hash of its exact arguments); anything else raises
+        :class:`~tether.errors.StateError` and runs nothing. With ``store``, the state is
+        then leased there (only the run's current sequence, by one resume at a time), and
+        the run's next state, or its end, is stored under that lease.
         """
-        if isinstance(state, str):
-            state = RunState.from_json(state)
-        state.check()
-        if not state.pending:
-            raise StateError(f"run {state.run_id} is not awaiting approval")
-        chosen = _check_decisions(state, decisions)
-        if store is not None and not await store.claim(state.run_id, state.version):
-            raise StateError(
-                f"state {state.state_id} was already resumed; load the run's latest state"
-            )
-        run = _Run(
-            state.run_id,
-            list(state.transcript),
-            Budget(self.limits, state.elapsed_seconds),
-            self._deps(deps),
-            state.usage,
-            state.turns,
-            state.consecutive_errors,
-            memo=dict(state.memo),
-            version=state.version,
-            ready={r.call_id: r for r in state.ready_results},
-            turn_metadata={k: dict(v) for k, v in state.turn_metadata.items()},
-        )
-        run.call_ids.update(c.id for m in run.history for c in m.tool_calls)
-        waiting = {p.call_id: p for p in state.pending}
-        return await self._drive(run, (chosen, waiting), store)
+        state = open_state(state, self.state_keys, self.fingerprint, self.state_migrations)
+        chosen = check_decisions(state, decisions)
+        if store is None:
+            return await self._drive(self._resumed(state, deps), (chosen, state), None)
+        async with leased(store, state) as lease:
+            result = await self._drive(self._resumed(state, deps), (chosen, state), None)
+            await store.finish(lease, result.state)
+        return result
 
     def as_tool(self, name: str, description: str) -> Tool:
         """This agent as a tool of another: a fresh history per call, its own limits and
@@ -212,10 +218,28 @@ class Agent(Generic[DepsT, OutputT]):
         run.call_ids.update(c.id for m in history for c in m.tool_calls)
         return run
 
+    def _resumed(self, state: RunState, deps: Any) -> _Run:
+        run = _Run(
+            state.run_id,
+            list(state.transcript),
+            Budget(self.limits, state.elapsed_seconds),
+            self._deps(deps),
+            state.usage,
+            state.turns,
+            state.consecutive_errors,
+            memo=dict(state.memo),
+            version=state.version,
+            digest=state.transcript_digest(),
+            ready={r.call_id: r for r in state.ready_results},
+            turn_metadata={k: dict(v) for k, v in state.turn_metadata.items()},
+        )
+        run.call_ids.update(c.id for m in run.history for c in m.tool_calls)
+        return run
+
     async def _drive(
         self,
         run: _Run,
-        resumed: tuple[Mapping[str, Decision], Mapping[str, PendingApproval]] | None,
+        resumed: tuple[Mapping[str, Decision], RunState] | None,
         store: StateStore | None,
     ) -> RunResult:
         emit = run.emit = self._emitter()
@@ -256,14 +280,18 @@ class Agent(Generic[DepsT, OutputT]):
         self,
         run: _Run,
         invoker: Invoker,
-        resumed: tuple[Mapping[str, Decision], Mapping[str, PendingApproval]] | None,
+        resumed: tuple[Mapping[str, Decision], RunState] | None,
     ) -> RunResult:
         if resumed is not None:
             calls = run.history[-1].tool_calls
-            stop = await self._run_calls(run, invoker, calls, *resumed)
+            chosen, state = resumed
+            waiting = {p.call_id: p for p in state.pending}
+            stop = await self._run_calls(run, invoker, calls, chosen, waiting)
             if stop is not None:
                 return stop
         while True:
+            if run.stop_requested:  # a cancel a tool swallowed still stops the run
+                raise asyncio.CancelledError
             stop = self._check_limits(run)
             if stop is not None:
                 return stop
@@ -299,13 +327,16 @@ class Agent(Generic[DepsT, OutputT]):
         if emit:
             emit(ModelRequest(run.turns, len(run.history)))
         try:
+            options = self._capped(run)
             if self.stream and emit:
-                response = await self._streamed(run, emit)
+                response = await self._streamed(run, emit, options)
             else:
-                response = await self.client.complete(run.history, self.specs, self.options)
+                response = await self.client.complete(run.history, self.specs, options)
         except ContextWindowExceeded as exc:
             return self._finish(run, Outcome("context_exceeded", str(exc)))
         except ProviderError as exc:
+            if exc.usage is not None:  # a reply the adapter rejected was still paid for
+                run.usage = run.usage + exc.usage
             return self._finish(run, Outcome("failed", str(exc), error=exc.kind))
         except (InvalidHistoryError, asyncio.CancelledError):
             raise
@@ -318,9 +349,17 @@ class Agent(Generic[DepsT, OutputT]):
             emit(ModelResponse(run.turns, response))
         return response
 
-    async def _streamed(self, run: _Run, emit: Any) -> ChatResponse:
+    def _capped(self, run: _Run) -> ChatOptions:
+        """The options, asking for no more output than the token budget has left."""
+        allowance = run.budget.output_allowance(run.usage)
+        asked = self.options.max_output_tokens
+        if allowance is None or (asked is not None and asked <= allowance):
+            return self.options
+        return replace(self.options, max_output_tokens=allowance)
+
+    async def _streamed(self, run: _Run, emit: Any, options: ChatOptions) -> ChatResponse:
         final: ChatResponse | None = None
-        async for chunk in self.client.stream(run.history, self.specs, self.options):
+        async for chunk in self.client.stream(run.history, self.specs, options):
             if isinstance(chunk, TextDelta):
                 emit(chunk)
             elif isinstance(chunk, ResponseDone):
@@ -343,6 +382,10 @@ class Agent(Generic[DepsT, OutputT]):
                 run, Outcome("failed", "the model returned an empty reply", error="empty_reply")
             )
         self._append(run, message)
+        over = run.budget.overshoot(run.usage, truncated=stop.truncated)
+        if over is not None:  # the provider reported more than the budget allowed
+            self._answer_unrun(run, "Not executed: the token budget is spent.")
+            return self._finish(run, Outcome("budget_exceeded", over[1], over[0]))
         if stop.truncated:
             self._answer_unrun(run, NOT_RUN_TRUNCATED)
             return self._finish(
@@ -407,7 +450,8 @@ class Agent(Generic[DepsT, OutputT]):
                 run.version + 1,
                 dict(run.memo),
                 dict(run.turn_metadata),
-            )
+                self.fingerprint,
+            ).sealed(self.state_keys, run.digest)
             names = ", ".join(f"{p.tool} ({p.call_id})" for p in outcome.pending)
             return self._finish(
                 run, Outcome("awaiting_approval", f"waiting for approval of {names}"), state
@@ -547,69 +591,6 @@ class Agent(Generic[DepsT, OutputT]):
                 listener(event)
 
         return emit
-
-
-class RunHandle:
-    """A run started with :meth:`Agent.start`. ``await handle`` gives its
-    :class:`RunResult`; :meth:`cancel` stops it and that result is then ``cancelled``, with
-    the transcript closed truthfully. Cancelling the awaiting task still raises there."""
-
-    __slots__ = ("_run", "task")
-
-    def __init__(self, run: _Run, task: asyncio.Future[RunResult]) -> None:
-        self._run = run
-        self.task = task
-
-    @property
-    def run_id(self) -> str:
-        """The run's id."""
-        return self._run.run_id
-
-    def cancel(self) -> bool:
-        """Ask the run to stop; ``False`` if it has already ended."""
-        if self.task.done():
-            return False
-        self._run.stop_requested = True
-        return self.task.cancel()
-
-    def done(self) -> bool:
-        """Whether the run has ended."""
-        return self.task.done()
-
-    def __await__(self) -> Generator[Any, None, RunResult]:
-        return self._result().__await__()
-
-    async def _result(self) -> RunResult:
-        try:
-            return await self.task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            outside = current is not None and current.cancelling() > 0
-            if not self._run.stop_requested or not self.task.cancelled() or outside:
-                raise
-            run = self._run  # stopped before the loop began: nothing ran
-            outcome = Outcome("cancelled", "the run was cancelled before it started")
-            return RunResult(outcome, tuple(run.history), run.usage, run.turns, run.run_id)
-
-
-def _check_decisions(state: RunState, decisions: Iterable[Decision]) -> dict[str, Decision]:
-    by_call = {p.call_id: p for p in state.pending}
-    chosen: dict[str, Decision] = {}
-    for d in decisions:
-        p = by_call.get(d.call_id)
-        if p is None:
-            raise StateError(f"no call {d.call_id!r} is awaiting approval in this run")
-        if d.run_id != state.run_id:
-            raise StateError(
-                f"the decision for call {d.call_id!r} was made in another run; "
-                "decide again from this run's pending approvals"
-            )
-        if p.arguments_hash != d.arguments_hash:
-            raise StateError(f"the decision for call {d.call_id!r} was made for other arguments")
-        if d.call_id in chosen:
-            raise StateError(f"two decisions were given for call {d.call_id!r}")
-        chosen[d.call_id] = d
-    return chosen
 
 
 def _merge_metadata(metadata: dict[str, Any], outcome: TurnOutcome) -> None:

@@ -16,7 +16,7 @@ Message contents, tool arguments and results are recorded only with
 
 Conventions followed: the GenAI semantic conventions in their current (development)
 form, which name the provider ``gen_ai.provider.name`` (it replaced ``gen_ai.system``)
-and the cache-write count ``gen_ai.usage.cache_write.input_tokens``. Content attributes
+and the cache-write count ``gen_ai.usage.cache_creation.input_tokens``. Content attributes
 are JSON strings in the documented message schema. ``error.type`` is the provider error's
 kind (``rate_limit``, ``timeout``...), ``unknown_tool``, ``malformed_arguments``, ``timeout``
 (a tool's time limit), ``cancelled``, the exception's class name, or for a run the outcome
@@ -321,7 +321,7 @@ async def traced_resume(
     from tether.outcomes import RunState
 
     if isinstance(state, str):
-        state = RunState.from_json(state)
+        state = RunState.from_json(state, keys=agent.state_keys)
     async with _agent_span(agent, name, description, state.run_id, tracer_provider) as span:
         result = await agent.resume(state, decisions, **resume_kwargs)
         _finish_run(span, agent, result, capture_content)

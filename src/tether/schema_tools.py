@@ -2,8 +2,10 @@
 
 Applications already hold schemas (OpenAPI operations, other frameworks' tools, a database
 layer). :func:`tool_from_schema` makes a tool of one, validated like ``@tool``: each field
-that breaks the schema is named in the error the model reads. The validator is compiled
-once, so a tool built at start-up serves every run.
+that breaks the schema is named in the error the model reads. A schema that does not say
+whether other arguments are allowed is closed (``additionalProperties: false``), as
+``@tool``'s are: an unknown argument is named to the model with the ones the tool takes.
+The validator is compiled once, so a tool built at start-up serves every run.
 """
 
 from __future__ import annotations
@@ -72,9 +74,27 @@ def schema_problems(validator: Validator, arguments: Mapping[str, Any]) -> list[
         validator.iter_errors(dict(arguments)), key=lambda e: [str(p) for p in e.absolute_path]
     )
     return [
-        f"{'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
+        f"{'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {_message(e)}"
         for e in errors[:MAX_REPORTED_PROBLEMS]
     ]
+
+
+def _message(error: Any) -> str:
+    """jsonschema's message, or for unknown arguments which ones and what is expected."""
+    if error.validator != "additionalProperties" or not isinstance(error.instance, Mapping):
+        return str(error.message)
+    known = dict(error.schema.get("properties") or {})
+    extra = sorted(k for k in error.instance if k not in known)
+    takes = ", ".join(known) or "no arguments"
+    return f"unknown argument(s) {', '.join(map(repr, extra))}; this takes {takes}"
+
+
+def closed(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` with ``additionalProperties: false`` unless it says otherwise."""
+    out = dict(schema)
+    if not {"additionalProperties", "patternProperties", "unevaluatedProperties"} & out.keys():
+        out["additionalProperties"] = False
+    return out
 
 
 class SchemaTool(Tool):
@@ -106,6 +126,7 @@ class SchemaTool(Tool):
             )
         if not description.strip():
             raise ToolDefinitionError(f"tool {name!r} needs a description")
+        schema = closed(schema) if isinstance(schema, Mapping) else schema
         self._validator = compile_schema(name, schema)
         parameters = dict(schema)
         parameters.setdefault("properties", {})

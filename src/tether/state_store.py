@@ -1,16 +1,20 @@
-"""Where run states wait for their approvals, and the claim that makes a resume happen once.
+"""Where run states wait for their approvals; the store owns each run's sequence.
 
-A run that ends ``awaiting_approval`` leaves a :class:`~tether.outcomes.RunState` numbered
-by ``version``. Two approvers clicking at once, a retried web request or a worker restarted
-after a crash could each resume the same state and run the approved call twice. A store
-gives each state one resume: :meth:`StateStore.claim` is atomic, and only its first caller
-for a given ``(run_id, version)`` gets ``True``. ``Agent.resume(state, decisions,
-store=store)`` claims before it runs anything. Irreversible tools still key their effect
-on the call id (``ctx.call.id``), which is stable across resumes: the claim stops a second
-resume, the key stops a second effect.
+A run that ends ``awaiting_approval`` leaves a sealed :class:`~tether.run_state.RunState`
+numbered by ``version`` (its sequence). The store's row for the run, not the state, holds
+the sequence a resume may start from: a resume is a compare-and-set on ``(run_id,
+sequence)`` (:meth:`StateStore.claim`). Two approvers clicking at once, a retried request or
+an old state offered again: only one claim wins, the others are refused.
 
-Messages are stored once per run, in order, so keeping every state of a long run costs
-space linear in its length, not quadratic.
+A claim is a lease, not a one-shot mark. The resume that holds it ends it by saving the
+run's next state or marking the run ended (:meth:`StateStore.finish`); a resume that is
+cancelled gives it back (:meth:`StateStore.release`), and one whose process dies lets it
+expire (``lease_seconds``), so the same state can be resumed again. A call that ran before
+such a stop may then run again: tools key their effect on ``ctx.idempotency_key`` (the run
+id and the call id, the same in every resume).
+
+Messages are stored once per run, in order, with a hash chain over them that the state's
+seal covers: a save writes and hashes only the new messages, a load hashes the stored text.
 
 * :class:`MemoryStateStore`: in one process (tests, scripts).
 * :class:`SqlStateStore`: any database SQLAlchemy speaks (SQLite, PostgreSQL), with the
@@ -22,197 +26,197 @@ space linear in its length, not quadratic.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-from collections.abc import Sequence
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tether.errors import StateError
-from tether.messages import Message, message_from_dict, message_to_dict
-from tether.outcomes import RunState
+from tether.errors import StateClaimed, StateError
+from tether.run_state import RunState
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Engine, Table
+    from tether.sql_state_store import SqlStateStore
 
-__all__ = ["MemoryStateStore", "SqlStateStore", "StateStore"]
+__all__ = ["Lease", "MemoryStateStore", "SqlStateStore", "StateStore", "leased"]
+
+LEASE_SECONDS = 300.0
+"""How long a claim lasts unless renewed (a resume renews it while it runs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on state ``sequence`` of ``run_id``, held by ``owner`` until ``expires_at``
+    (seconds since the epoch)."""
+
+    run_id: str
+    sequence: int
+    owner: str
+    expires_at: float
 
 
 @runtime_checkable
 class StateStore(Protocol):
-    """Saves run states and lets each be resumed once."""
+    """Keeps each run's latest state and sequence; leases a state to one resume at a time."""
+
+    lease_seconds: float
 
     async def save(self, state: RunState) -> None:
-        """Keep ``state`` as its run's latest (a newer version replaces an older one)."""
+        """Keep ``state`` as its run's first state, or as the next one of a run resumed
+        without a claim; saving the stored state again changes nothing."""
         ...
 
     async def load(self, run_id: str) -> RunState | None:
-        """The latest state saved for ``run_id``, or ``None``."""
+        """The state waiting for ``run_id`` (``None`` if none, or if the run ended)."""
         ...
 
-    async def claim(self, run_id: str, version: int) -> bool:
-        """Atomically mark state ``version`` of ``run_id`` as being resumed: ``True`` for
-        the first caller only."""
+    async def claim(self, run_id: str, sequence: int) -> Lease | None:
+        """Lease state ``sequence`` of ``run_id`` if it is the stored one and nobody holds
+        it (or the holder's lease expired); ``None`` otherwise."""
+        ...
+
+    async def renew(self, lease: Lease) -> Lease | None:
+        """Extend ``lease``; ``None`` if it was lost."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Give ``lease`` back: the state can be claimed again at once."""
+        ...
+
+    async def finish(self, lease: Lease, state: RunState | None) -> None:
+        """End ``lease``: store the run's next ``state``, or (``None``) mark the run ended.
+        :class:`StateError` if the lease was lost meanwhile."""
         ...
 
 
-def digest(messages: Sequence[Message], start: str = "") -> str:
-    """A hash chain over ``messages`` (continuing ``start``): equal only for equal
-    transcripts, so a state that rewrites what a run already said is caught."""
-    value = start
-    for m in messages:
-        text = json.dumps(message_to_dict(m), sort_keys=True, ensure_ascii=False, default=str)
-        value = hashlib.sha256(f"{value}\n{text}".encode()).hexdigest()
-    return value
+def new_lease(run_id: str, sequence: int, seconds: float) -> Lease:
+    """A fresh lease for ``seconds`` from now."""
+    return Lease(run_id, sequence, secrets.token_hex(16), time.time() + seconds)
 
 
-def _continues(transcript: tuple[Message, ...], n: int, stored: str, run_id: str) -> None:
-    """Check that a new state's transcript continues the ``n`` stored messages of its run."""
-    if len(transcript) < n or digest(transcript[:n]) != stored:
-        raise StateError(
-            f"the state of run {run_id!r} does not continue the transcript already stored"
-        )
+def lost(lease: Lease) -> StateClaimed:
+    """The error of a resume whose lease was taken over."""
+    return StateClaimed(
+        f"the claim on state {lease.run_id}:{lease.sequence} was lost (it expired and another "
+        "resume took it); this resume's outcome was not stored"
+    )
+
+
+def not_current(run_id: str, sequence: int) -> StateClaimed:
+    """The error of a claim that lost."""
+    return StateClaimed(
+        f"state {run_id}:{sequence} was already resumed or is being resumed; load the run's "
+        "latest state"
+    )
+
+
+@asynccontextmanager
+async def leased(store: StateStore, state: RunState) -> AsyncIterator[Lease]:
+    """Hold the lease on ``state`` while the block runs, renewing it; give it back if the
+    block raises or is cancelled. The block ends the lease with :meth:`StateStore.finish`."""
+    lease = await store.claim(state.run_id, state.version)
+    if lease is None:
+        raise not_current(state.run_id, state.version)
+    holder = _Holder(lease)
+    renewer = asyncio.ensure_future(_renew(store, holder))
+    try:
+        yield lease
+    except BaseException:
+        renewer.cancel()
+        await asyncio.shield(store.release(holder.lease))
+        raise
+    renewer.cancel()
+
+
+@dataclass(slots=True)
+class _Holder:
+    lease: Lease
+
+
+async def _renew(store: StateStore, holder: _Holder) -> None:
+    while True:
+        await asyncio.sleep(store.lease_seconds / 3)
+        renewed = await store.renew(holder.lease)
+        if renewed is None:
+            return
+        holder.lease = renewed
+
+
+@dataclass(slots=True)
+class _Head:
+    state: RunState
+    status: str = "waiting"
+    lease: Lease | None = None
+    ended: bool = field(default=False)
 
 
 class MemoryStateStore:
-    """A :class:`StateStore` in this process's memory."""
+    """A :class:`StateStore` in this process's memory (states stay objects: a state sealed
+    with a key of this process alone is accepted here)."""
 
-    def __init__(self) -> None:
-        self._messages: dict[str, list[Message]] = {}
-        self._digests: dict[str, str] = {}
-        self._states: dict[str, dict[str, Any]] = {}
-        self._claimed: set[tuple[str, int]] = set()
-
-    async def save(self, state: RunState) -> None:
-        stored = self._messages.setdefault(state.run_id, [])
-        n, run_id = len(stored), state.run_id
-        _continues(state.transcript, n, self._digests.get(run_id, ""), run_id)
-        stored.extend(state.transcript[n:])
-        self._digests[run_id] = digest(state.transcript[n:], self._digests.get(run_id, ""))
-        record = state.to_dict(transcript=False)
-        record["length"] = len(state.transcript)
-        self._states[run_id] = json.loads(json.dumps(record, default=str))
-
-    async def load(self, run_id: str) -> RunState | None:
-        record = self._states.get(run_id)
-        if record is None:
-            return None
-        return RunState.from_dict(record, self._messages[run_id][: record["length"]])
-
-    async def claim(self, run_id: str, version: int) -> bool:
-        key = (run_id, version)
-        if key in self._claimed:
-            return False
-        self._claimed.add(key)
-        return True
-
-
-class SqlStateStore:
-    """A :class:`StateStore` in SQL tables (``tether_run_messages``, ``tether_run_states``,
-    ``tether_run_claims``), created if missing. The claim is an ``INSERT`` on a primary
-    key, atomic on every database; the calls run in a worker thread."""
-
-    def __init__(self, engine: Engine, *, prefix: str = "tether_") -> None:
-        from sqlalchemy import Column, Integer, MetaData, String, Table, Text, bindparam, select
-
-        self.engine = engine
-        meta = MetaData()
-        self._messages: Table = Table(
-            f"{prefix}run_messages",
-            meta,
-            Column("run_id", String(200), primary_key=True),
-            Column("position", Integer, primary_key=True),
-            Column("message", Text, nullable=False),
-        )
-        self._states: Table = Table(
-            f"{prefix}run_states",
-            meta,
-            Column("run_id", String(200), primary_key=True),
-            Column("version", Integer, nullable=False),
-            Column("length", Integer, nullable=False),
-            Column("digest", String(64), nullable=False),
-            Column("state", Text, nullable=False),
-        )
-        self._claims: Table = Table(
-            f"{prefix}run_claims",
-            meta,
-            Column("run_id", String(200), primary_key=True),
-            Column("version", Integer, primary_key=True),
-        )
-        meta.create_all(engine)
-        m, s = self._messages, self._states
-        run_id: Any = bindparam("run_id_")
-        self._head = select(s.c.length, s.c.digest).where(s.c.run_id == run_id)
-        self._state = select(s.c.length, s.c.state).where(s.c.run_id == run_id)
-        self._texts = (
-            select(m.c.message)
-            .where(m.c.run_id == run_id, m.c.position < bindparam("length_"))
-            .order_by(m.c.position)
-        )
-        self._update = s.update().where(s.c.run_id == run_id)
+    def __init__(self, *, lease_seconds: float = LEASE_SECONDS) -> None:
+        self.lease_seconds = lease_seconds
+        self._heads: dict[str, _Head] = {}
 
     async def save(self, state: RunState) -> None:
-        await asyncio.to_thread(self._save, state)
-
-    async def load(self, run_id: str) -> RunState | None:
-        return await asyncio.to_thread(self._load, run_id)
-
-    async def claim(self, run_id: str, version: int) -> bool:
-        return await asyncio.to_thread(self._claim, run_id, version)
-
-    def _save(self, state: RunState) -> None:
-        with self.engine.begin() as conn:
-            self.save_in(conn, state)
-
-    def _load(self, run_id: str) -> RunState | None:
-        with self.engine.connect() as conn:
-            return self.load_in(conn, run_id)
-
-    def save_in(self, conn: Connection, state: RunState) -> None:
-        """:meth:`save` in the caller's transaction (committed, or rolled back, with it)."""
-        m, s = self._messages, self._states
-        run_id = state.run_id
-        row = conn.execute(self._head, {"run_id_": run_id}).first()
-        n, stored = (row.length, row.digest) if row is not None else (0, "")
-        _continues(state.transcript, n, stored, run_id)
-        new = state.transcript[n:]
-        if new:
-            conn.execute(
-                m.insert(),
-                [
-                    {
-                        "run_id": run_id,
-                        "position": n + i,
-                        "message": json.dumps(message_to_dict(msg), ensure_ascii=False),
-                    }
-                    for i, msg in enumerate(new)
-                ],
-            )
-        values = {
-            "version": state.version,
-            "length": len(state.transcript),
-            "digest": digest(new, stored),
-            "state": json.dumps(state.to_dict(transcript=False), default=str),
-        }
-        if row is None:
-            conn.execute(s.insert(), {"run_id": run_id, **values})
+        head = self._heads.get(state.run_id)
+        if head is None:
+            self._heads[state.run_id] = _Head(state)
+        elif head.state.version == state.version and head.state == state:
+            return
+        elif head.state.version < state.version and not self._held(head) and not head.ended:
+            self._heads[state.run_id] = _Head(state)
         else:
-            conn.execute(self._update, {"run_id_": run_id, **values})
+            raise StateError(
+                f"run {state.run_id} already has state {head.state.version} stored; a later "
+                "state is stored by the resume that claimed it"
+            )
 
-    def load_in(self, conn: Connection, run_id: str) -> RunState | None:
-        """:meth:`load` on the caller's connection (in its transaction, if one is open)."""
-        row = conn.execute(self._state, {"run_id_": run_id}).first()
-        if row is None:
+    async def load(self, run_id: str) -> RunState | None:
+        head = self._heads.get(run_id)
+        return None if head is None or head.ended else head.state
+
+    async def claim(self, run_id: str, sequence: int) -> Lease | None:
+        head = self._heads.get(run_id)
+        if head is None or head.ended or head.state.version != sequence or self._held(head):
             return None
-        texts = conn.execute(self._texts, {"run_id_": run_id, "length_": row.length}).scalars()
-        transcript = [message_from_dict(json.loads(t)) for t in texts]
-        return RunState.from_dict(json.loads(row.state), transcript)
+        head.lease = new_lease(run_id, sequence, self.lease_seconds)
+        return head.lease
 
-    def _claim(self, run_id: str, version: int) -> bool:
-        from sqlalchemy.exc import IntegrityError
+    async def renew(self, lease: Lease) -> Lease | None:
+        head = self._heads.get(lease.run_id)
+        if head is None or head.lease is None or head.lease.owner != lease.owner:
+            return None
+        head.lease = Lease(
+            lease.run_id, lease.sequence, lease.owner, time.time() + self.lease_seconds
+        )
+        return head.lease
 
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(self._claims.insert(), {"run_id": run_id, "version": version})
-        except IntegrityError:
-            return False
-        return True
+    async def release(self, lease: Lease) -> None:
+        head = self._heads.get(lease.run_id)
+        if head is not None and head.lease is not None and head.lease.owner == lease.owner:
+            head.lease = None
+
+    async def finish(self, lease: Lease, state: RunState | None) -> None:
+        head = self._heads.get(lease.run_id)
+        if head is None or head.lease is None or head.lease.owner != lease.owner:
+            raise lost(lease)
+        if state is None:
+            head.ended, head.lease = True, None
+            return
+        if state.run_id != lease.run_id or state.version <= lease.sequence:
+            raise StateError(f"state {state.state_id} does not follow {lease.sequence}")
+        self._heads[lease.run_id] = _Head(state)
+
+    @staticmethod
+    def _held(head: _Head) -> bool:
+        return head.lease is not None and head.lease.expires_at > time.time()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqlStateStore":  # kept importable from here; lives in its own module
+        from tether.sql_state_store import SqlStateStore
+
+        return SqlStateStore
+    raise AttributeError(name)

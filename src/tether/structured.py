@@ -199,6 +199,11 @@ class Extraction(Generic[T]):
     """The provider's last response."""
 
 
+EXTRACT_MAX_OUTPUT_TOKENS = 4096
+"""The output cap :func:`extract` asks for when ``options.max_output_tokens`` is not set:
+a server without a default cap (llama.cpp's) otherwise writes until its context is full."""
+
+
 @overload
 async def extract(
     client: ChatClient,
@@ -235,7 +240,8 @@ async def extract(
     """One structured reply from ``client``, validated into ``output_type``.
 
     ``messages`` is a history or a user text; ``instructions`` (or ``options.instructions``)
-    go apart as usual; no tools are sent. A reply that is not a valid value gets up to
+    go apart as usual; no tools are sent. Without ``options.max_output_tokens`` the request
+    asks for at most :data:`EXTRACT_MAX_OUTPUT_TOKENS`. A reply that is not a valid value gets up to
     ``reasks`` re-asks showing the validation problems. Raises
     :class:`~tether.errors.StructuredOutputError` when no valid value comes back (``kind``:
     ``invalid``, ``refused``, ``truncated``, ``context_exceeded``); other provider failures
@@ -250,6 +256,8 @@ async def extract(
     if instructions is not None:
         base = replace(base, instructions=instructions)
     request = replace(base, output_schema=out.schema)
+    if request.max_output_tokens is None:
+        request = replace(request, max_output_tokens=EXTRACT_MAX_OUTPUT_TOKENS)
     history = [Message.user(messages)] if isinstance(messages, str) else list(messages)
     usage = Usage()
     attempt = 0

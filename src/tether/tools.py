@@ -25,6 +25,7 @@ from tether._workers import run_in_worker
 from tether.errors import InvalidArguments, ToolDefinitionError
 from tether.messages import ToolCall, Usage
 from tether.rulings import ALLOW, Ruling
+from tether.serial_keys import SerialSpec, serial_argument
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -38,10 +39,11 @@ destroys, or reads credentials. Policies decide on it."""
 ArgRole: TypeAlias = Literal["counterparty", "object", "content", "credential"]
 """What an argument is: who the action reaches (recipient, URL, account, phone), the thing
 acted on, free text sent out, or a secret."""
-Serial: TypeAlias = bool | str | None
-"""``True``: the tool's calls never overlap; an argument name: calls with the same value of
-that argument never overlap; ``None``/``False``: calls may run concurrently."""
+Serial: TypeAlias = SerialSpec
+"""What ``serial=`` accepts (:mod:`tether.serial_keys`): ``True``, an argument name shared
+by every tool declaring it, a :class:`~tether.serial_keys.Serial` resource, or ``None``."""
 _NO_ROLES: Mapping[str, ArgRole] = {}
+_NO_KINDS: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,12 @@ class RunContext(Generic[DepsT]):
     in_thread: bool = False
     """True while the call's sync function runs in its worker thread (set by the tool)."""
 
+    @property
+    def idempotency_key(self) -> str:
+        """``run_id:call_id``: the same for a call in every resume and retry of its run;
+        pass it to the service an irreversible tool calls, which must do a key once."""
+        return f"{self.run_id}:{self.call.id if self.call is not None else ''}"
+
     def report_usage(self, usage: Usage) -> None:
         """Add tokens spent inside the tool (a sub-agent, a summariser) to the run's usage,
         so that the run's budget and result account for them."""
@@ -100,6 +108,14 @@ class Tool:
     ``"messages.*.text"``); ``("*",)``: the whole result."""
     serial: Serial = None
     """Whether calls of this tool may overlap (see :data:`Serial`)."""
+    kinds: Mapping[str, str] = _NO_KINDS
+    """The kind of object each object argument names (``{"file_id": "file"}``), and the kind
+    of id each result field holds (``{"events.id": "event"}``, by dotted path; ``""``: each
+    line of a plain-text result); an id is matched only against ids of its kind. Fields
+    named ``<kind>_id`` need no entry."""
+    secret: tuple[str, ...] = ()
+    """Dotted paths of result fields that hold secrets (a card number, a code); none of
+    them ever leaves in an argument. A ``credential`` tool without any: its whole result."""
 
     @property
     def name(self) -> str:
@@ -141,6 +157,8 @@ class DelegatingTool(Tool):
         self.roles = inner.roles
         self.third_party = inner.third_party
         self.serial = inner.serial
+        self.kinds = inner.kinds
+        self.secret = inner.secret
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         return await self.inner.invoke(arguments, ctx)
@@ -184,6 +202,8 @@ class FunctionTool(Tool):
         roles: Mapping[str, ArgRole] | None = None,
         third_party: Sequence[str] = (),
         serial: Serial = None,
+        kinds: Mapping[str, str] | None = None,
+        secret: Sequence[str] = (),
     ) -> None:
         self.func = func
         self.requires_approval = requires_approval
@@ -210,7 +230,15 @@ class FunctionTool(Tool):
         if strict:
             schema = strict_schema(schema)
         self.spec = ToolSpec(tool_name, text, schema, strict)
-        declare(self, effect=effect, roles=roles, third_party=third_party, serial=serial)
+        declare(
+            self,
+            effect=effect,
+            roles=roles,
+            third_party=third_party,
+            serial=serial,
+            kinds=kinds,
+            secret=secret,
+        )
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: RunContext[Any]) -> str:
         return to_text(await self.run(arguments, ctx))
@@ -269,9 +297,12 @@ def declare(
     roles: Mapping[str, ArgRole] | None = None,
     third_party: Sequence[str] = (),
     serial: Serial = None,
+    kinds: Mapping[str, str] | None = None,
+    secret: Sequence[str] = (),
 ) -> Tool:
     """Set ``tool``'s declarations (effect, argument roles, third-party result fields,
-    serial execution), checking that each named argument exists; returns the tool."""
+    serial execution, object kinds, secret result fields), checking that each named
+    argument exists; returns the tool."""
     params = set(tool.spec.parameters.get("properties", {}))
     if effect is not None and effect not in typing.get_args(Effect):
         raise ToolDefinitionError(f"tool {tool.name}: unknown effect {effect!r}")
@@ -280,12 +311,15 @@ def declare(
             raise ToolDefinitionError(f"tool {tool.name}: role given for unknown argument {arg!r}")
         if role not in typing.get_args(ArgRole):
             raise ToolDefinitionError(f"tool {tool.name}: unknown role {role!r} for {arg!r}")
-    if isinstance(serial, str) and serial not in params:
-        raise ToolDefinitionError(f"tool {tool.name}: serial names unknown argument {serial!r}")
+    argument = serial_argument(serial)
+    if argument is not None and argument not in params:
+        raise ToolDefinitionError(f"tool {tool.name}: serial names unknown argument {argument!r}")
     tool.effect = effect
     tool.roles = dict(roles or {})
     tool.third_party = tuple(third_party)
     tool.serial = serial or None
+    tool.kinds = dict(kinds or {})
+    tool.secret = tuple(secret)
     return tool
 
 
@@ -308,6 +342,8 @@ def tool(
     roles: Mapping[str, ArgRole] | None = None,
     third_party: Sequence[str] = (),
     serial: Serial = None,
+    kinds: Mapping[str, str] | None = None,
+    secret: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -324,6 +360,8 @@ def tool(
     roles: Mapping[str, ArgRole] | None = None,
     third_party: Sequence[str] = (),
     serial: Serial = None,
+    kinds: Mapping[str, str] | None = None,
+    secret: Sequence[str] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Use bare (``@tool``) or with options.
 
@@ -331,7 +369,9 @@ def tool(
     the event loop (``thread=False`` runs it inline: cheaper, for quick functions that never
     block); ``strict=True`` asks providers to constrain generation to the schema.
     ``effect``, ``roles`` and ``third_party`` declare what the tool does and what its
-    arguments and result fields are, for policies; ``serial`` keeps calls from overlapping.
+    arguments and result fields are, for policies (``kinds``: the kind of object each
+    object argument or id field names; ``secret``: result fields that never leave);
+    ``serial`` keeps calls from overlapping.
     """
 
     def make(f: Callable[..., Any]) -> FunctionTool:
@@ -346,6 +386,8 @@ def tool(
             roles=roles,
             third_party=third_party,
             serial=serial,
+            kinds=kinds,
+            secret=secret,
         )
 
     return make(func) if func is not None else make
@@ -486,9 +528,15 @@ def count_sentences(text: str) -> int:
     return count
 
 
+_TYPED = frozenset(
+    {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "items"}
+)
+"""Schema keys that say what a parameter holds; a parameter with none of them is untyped."""
+
+
 def lint(tools: Sequence[Tool]) -> list[LintFinding]:
     """Flag what makes a model call a tool badly: a description under three sentences
-    (say when to use it, what it does not do), an undocumented parameter, a free-form
+    (say when to use it, what it does not do), an untyped or undocumented parameter, a free-form
     string without ``pattern``/``enum`` (which constrained decoding and validation use)."""
     findings: list[LintFinding] = []
     for t in tools:
@@ -504,6 +552,15 @@ def lint(tools: Sequence[Tool]) -> list[LintFinding]:
                 )
             )
         for pname, prop in spec.parameters.get("properties", {}).items():
+            if not (_TYPED & prop.keys()):
+                findings.append(
+                    LintFinding(
+                        spec.name,
+                        "error",
+                        f"parameter {pname!r} has no type: annotate it (its schema is empty, "
+                        "so the model is told nothing and any value passes validation)",
+                    )
+                )
             if not prop.get("description"):
                 findings.append(
                     LintFinding(spec.name, "error", f"parameter {pname!r} is undocumented")

@@ -34,7 +34,7 @@ import inspect
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 
 from opentelemetry import trace
@@ -224,7 +224,7 @@ class Workflow:
         if self._capture:
             attributes[genai.TOOL_CALL_ARGUMENTS] = genai.to_json(dict(arguments))
         async with self._step(label, "tool", f"execute_tool {label}", attributes) as span:
-            ctx = RunContext(self.deps, self.run_id, call, self.calls, self.usage, self._add)
+            ctx = RunContext(self.deps, self.run_id, call, self.calls, self.usage, self._count)
             try:
                 value = await _run_tool(tool, arguments, ctx)
             except Exception as exc:
@@ -266,8 +266,24 @@ class Workflow:
         self.stopped = outcome
         raise _LimitReached(outcome)
 
-    def _add(self, usage: Usage) -> None:
+    def _add(self, usage: Usage, truncated: bool = False) -> None:
+        """Count a reply's usage; past a token or cost limit the workflow ends there."""
         self.usage = self.usage + usage
+        over = self.budget.overshoot(self.usage, truncated=truncated)
+        if over is not None:
+            self._stop(Outcome("budget_exceeded", over[1], over[0]))
+
+    def _count(self, usage: Usage) -> None:
+        """Count usage a tool reports (a sub-agent's); the next step checks the bounds."""
+        self.usage = self.usage + usage
+
+    def _capped(self, options: ChatOptions) -> ChatOptions:
+        """``options`` asking for no more output than the token budget has left."""
+        allowance = self.budget.output_allowance(self.usage)
+        asked = options.max_output_tokens
+        if allowance is None or (asked is not None and asked <= allowance):
+            return options
+        return replace(options, max_output_tokens=allowance)
 
     @contextlib.asynccontextmanager
     async def _step(
@@ -314,8 +330,14 @@ class _Metered(DelegatingChatClient):
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> ChatResponse:
         self._workflow._before_request()
-        response = await self.inner.complete(messages, tools, options)
-        self._workflow._add(response.usage)
+        options = self._workflow._capped(options)
+        try:
+            response = await self.inner.complete(messages, tools, options)
+        except ProviderError as exc:
+            if exc.usage is not None:  # a reply the adapter rejected was still paid for
+                self._workflow._count(exc.usage)
+            raise
+        self._workflow._add(response.usage, response.stop_reason.truncated)
         return response
 
     async def stream(
@@ -324,9 +346,10 @@ class _Metered(DelegatingChatClient):
         from tether.clients import ResponseDone
 
         self._workflow._before_request()
+        options = self._workflow._capped(options)
         async for chunk in self.inner.stream(messages, tools, options):
             if isinstance(chunk, ResponseDone):
-                self._workflow._add(chunk.response.usage)
+                self._workflow._add(chunk.response.usage, chunk.response.stop_reason.truncated)
             yield chunk
 
 
@@ -376,7 +399,7 @@ async def run_workflow(
     attributes: dict[str, Any] = {
         genai.OPERATION: WORKFLOW_OPERATION,
         genai.PROVIDER: observe._provider_name(client),
-        genai.AGENT_NAME: label,
+        genai.WORKFLOW_NAME: label,
         genai.CONVERSATION_ID: run_id,
     }
     with tracer.start_as_current_span(

@@ -8,7 +8,8 @@
   approval: the run ends ``awaiting_approval`` and resumes when staff decides). It has no
   order parameter: whatever the text says, no call can reach another order. It refunds
   through the ledger's rule (cumulative total <= amount paid) with the call's id in its
-  run as idempotency key.
+  run as idempotency key. If staff approved less than was proposed, it refunds that amount
+  and its result says so.
 
 No tool sends anything: the agent's final answer becomes a draft that staff edit and send.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
+from sqlalchemy import bindparam, select
 
 from tether.blast import AppValue, AtMost, Bounded, Refusal
 from tether.clients import ChatClient, ChatOptions
@@ -32,6 +34,7 @@ from tether.loop import Agent
 from tether.tools import RunContext, Tool, tool
 from tether_desk.db import Database
 from tether_desk.errors import DeskError
+from tether_desk.models import Approval
 from tether_desk.money import cents_from_float, format_cents
 from tether_desk.orders import order_view, order_view_and_waiting
 from tether_desk.refunds import refund
@@ -133,19 +136,36 @@ def propose_refund(
     read with read_order. It cannot refund any other order, and the total refunded never
     exceeds the amount paid."""
     deps = ctx.deps
-    key = refund_key(ctx.run_id, ctx.call.id if ctx.call else "")
+    call_id = ctx.call.id if ctx.call else ""
+    key = refund_key(ctx.run_id, call_id)
+    asked = cents_from_float(amount)
+    with deps.db.read_connection() as c:  # staff may have approved less than was asked
+        approved = c.scalar(_APPROVED_CENTS, {"run_id_": ctx.run_id, "call_id_": call_id})
+    cents = asked if approved is None else min(asked, int(approved))
     try:
         done = refund(
             deps.db,
             deps.scope.order_id,
-            cents_from_float(amount),
+            cents,
             key,
             ticket_id=deps.scope.ticket_id,
             approved_by=deps.approved_by,
         )
     except DeskError as exc:
         raise ToolFailure(str(exc)) from None
-    return done.sentence()
+    if cents == asked:
+        return done.sentence()
+    return (
+        f"{done.sentence()} Staff approved {format_cents(cents)} EUR of the "
+        f"{format_cents(asked)} EUR proposed."
+    )
+
+
+_APPROVED_CENTS = select(Approval.approved_cents).where(
+    Approval.run_id == bindparam("run_id_"),
+    Approval.call_id == bindparam("call_id_"),
+    Approval.status == "approved",
+)
 
 
 def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> dict[str, Any]:
@@ -218,6 +238,7 @@ def refund_agent(
         options=ChatOptions(max_output_tokens=512),
         deps=AgentDeps(db, scope, approved_by),
         listeners=listeners,
+        state_key=db.state_keys(),
     )
 
 

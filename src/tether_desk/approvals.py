@@ -4,8 +4,10 @@ The screen shows what the call alone does not say: the raw ticket with its
 instruction-like sentences flagged and explained, the amount beside what was paid and
 already refunded (read live, not from when the model asked), where each argument's value
 came from, and when the approval expires. Friction grows with risk: a refund of the whole
-remaining amount, or one on a ticket whose text carries instructions, must be confirmed by
-typing the amount.
+remaining amount, one on a ticket whose text carries instructions, or any approval after
+the first on the same order or ticket, must be confirmed by typing the amount. Every other
+pending or approved proposal on the order is shown, and the remaining amount counts the
+approved ones not yet paid.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, insert, select
+from sqlalchemy.orm import Session
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
@@ -30,7 +33,7 @@ from tether_desk.detector import (
     segments,
 )
 from tether_desk.errors import NotFound
-from tether_desk.models import Approval, Customer, Order, Ticket
+from tether_desk.models import Approval, Customer, Order, Refund, Ticket
 from tether_desk.money import format_cents
 from tether_desk.orders import OrderView, order_view
 from tether_desk.thread import customer_messages, customer_text
@@ -50,6 +53,70 @@ class Origin:
     value: str
     origin: str
     risky: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Other:
+    """Another refund proposal on the same order, pending or approved."""
+
+    approval_id: int
+    ticket_id: int
+    status: str
+    amount_cents: int
+    refunded: bool
+    """Approved and already in the ledger (else approved and not yet paid, or pending)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Commitments:
+    """What an order owes beyond its ledger: other proposals, and approvals on the same
+    order or ticket before this one."""
+
+    others: list[Other]
+    approved_unpaid_cents: int
+    """Approved elsewhere, not yet in the ledger: as good as refunded."""
+    pending_cents: int
+    """Waiting for a decision elsewhere."""
+    prior_approvals: int
+    """Approvals already granted on the same order or the same ticket."""
+
+
+_COMMITMENTS = (
+    select(
+        Approval.id,
+        Approval.ticket_id,
+        Approval.status,
+        func.coalesce(Approval.approved_cents, Approval.amount_cents),
+        select(Refund.id)
+        .where(Refund.idempotency_key == Approval.run_id + ":" + Approval.call_id)
+        .scalar_subquery(),
+    )
+    .join(Ticket, Ticket.id == Approval.ticket_id)
+    .where(
+        (Ticket.order_id == bindparam("order_id")) | (Approval.ticket_id == bindparam("ticket_id")),
+        Approval.id != bindparam("approval_id"),
+        Approval.status.in_(("pending", "approved")),
+    )
+    .order_by(Approval.id)
+)
+
+
+def commitments(
+    connection: Session | Connection, approval_id: int, ticket_id: int, order_id: int
+) -> Commitments:
+    """The other pending and approved proposals on ``order_id`` (or the same ticket)
+    than ``approval_id``, read in the caller's transaction."""
+    rows = connection.execute(
+        _COMMITMENTS, {"order_id": order_id, "ticket_id": ticket_id, "approval_id": approval_id}
+    ).all()
+    others = [Other(r[0], r[1], r[2], int(r[3]), r[4] is not None) for r in rows]
+    approved = [o for o in others if o.status == "approved"]
+    return Commitments(
+        others,
+        sum(o.amount_cents for o in approved if not o.refunded),
+        sum(o.amount_cents for o in others if o.status == "pending"),
+        len(approved),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +141,24 @@ class Screen:
     friction: list[str]
     created_at: datetime
     expires_at: datetime
+    committed: Commitments
+
+    @property
+    def remaining_cents(self) -> int:
+        """What can really still be refunded: paid, less the ledger, less what was
+        approved elsewhere and not yet paid."""
+        return self.order.remaining_cents - self.committed.approved_unpaid_cents
+
+    @property
+    def payable(self) -> bool:
+        """False when the ledger could not pay this amount now: approving is refused."""
+        return 0 < self.amount_cents <= self.remaining_cents
 
     @property
     def after_cents(self) -> int:
-        """What would be refunded in total after this refund."""
-        return self.order.refunded_cents + self.amount_cents
+        """What would be refunded in total after this refund (approvals elsewhere
+        included)."""
+        return self.order.paid_cents - self.remaining_cents + self.amount_cents
 
     @property
     def expired(self) -> bool:
@@ -179,7 +259,13 @@ def screen(db: Database, approval_id: int, detector: Detector = flag_instruction
         view = order_view(s, ticket.order_id)
         messages = customer_messages(s.connection(), ticket.id)
         body = customer_text(s.connection(), ticket.id) or ticket.body
+        committed = commitments(s, a.id, ticket.id, ticket.order_id)
     flags = detector(body, view.number)
+    friction = friction_for(a.amount_cents, view.remaining_cents, flags)
+    if committed.prior_approvals:
+        friction.append(
+            f"{committed.prior_approvals} refund(s) were already approved on this order or ticket"
+        )
     return Screen(
         approval_id=a.id,
         status=a.status,
@@ -195,10 +281,11 @@ def screen(db: Database, approval_id: int, detector: Detector = flag_instruction
         text=segments(body, flags),
         flags=flags,
         origins=argument_origins(dict(a.arguments), body, view, messages),
-        typed_amount_required=a.typed_amount_required,
-        friction=friction_for(a.amount_cents, view.remaining_cents, flags),
+        typed_amount_required=a.typed_amount_required or committed.prior_approvals > 0,
+        friction=friction,
         created_at=a.created_at,
         expires_at=a.expires_at,
+        committed=committed,
     )
 
 

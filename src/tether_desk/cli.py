@@ -9,6 +9,7 @@ Only typer is imported here; the desk's dependencies load when a command runs, s
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -53,14 +54,16 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _open(
-    db_url: str, model: str | None, *, seed_it: bool = True
+    db_url: str, model: str | None, *, seed_it: bool = True, need_model: bool = True
 ) -> tuple[object, object, object, bool]:
     """The database (created, migrated, seeded unless not ``seed_it``), the desk's client
-    and its triage client for ``model``, and whether the database was seeded now."""
+    and its triage client for ``model`` (none loaded unless ``need_model``), and whether
+    the database was seeded now."""
     try:
         from tether.errors import TetherError
         from tether_desk.db import Database
         from tether_desk.models_cli import desk_client, desk_triage_client, resolve_spec
+        from tether_desk.operations.checks import check_database, shown
         from tether_desk.seed import seed
     except ImportError as exc:
         raise _fail(
@@ -68,16 +71,23 @@ def _open(
             "pip install 'tether[desk]'"
         ) from exc
     try:
-        spec = resolve_spec(model)
-        client = desk_client(spec, say=lambda s: typer.secho(s, fg="yellow"))
-        triage = desk_triage_client(spec)
+        check_database(db_url)
+        if need_model:
+            spec = resolve_spec(model)
+            client = desk_client(spec, say=lambda s: typer.secho(s, fg="yellow"))
+            triage = desk_triage_client(spec)
+        else:
+            from tether_desk.web.served import NoModel
+
+            client, triage = NoModel(), None
     except TetherError as exc:
         raise _fail(str(exc)) from exc
-    db = Database(db_url)
     try:
+        db = Database(db_url)
         db.migrate()
     except Exception as exc:
-        raise _fail(f"cannot open the database {db_url!r}: {type(exc).__name__}: {exc}") from exc
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise _fail(f"cannot open the database {shown(db_url)!r}: {shown(reason)}") from exc
     return db, client, triage, seed(db) if seed_it else False
 
 
@@ -99,11 +109,60 @@ def _mailer(smtp: str | None, print_mail: bool) -> Any:
     return None
 
 
+def _state_key_place(database: object) -> str:
+    """Where the key sealing the run states comes from, for the start-up lines."""
+    from tether.state_seal import KEYS_ENV
+    from tether_desk.state_keys import key_file
+
+    if os.environ.get(KEYS_ENV):
+        return f"the keys in ${KEYS_ENV}"
+    path = key_file(database.url)  # type: ignore[attr-defined]
+    return f"the key in {path}" if path else "a key of this process alone"
+
+
+def _writer_lock(db_url: str) -> object:
+    """The SQLite desk's single-writer lock, held by this process (see
+    :mod:`tether_desk.operations.single_writer`)."""
+    from tether.errors import ConfigError
+    from tether_desk.db import normalise_url
+    from tether_desk.operations.checks import check_database
+    from tether_desk.operations.single_writer import hold_writer_lock
+
+    try:
+        check_database(db_url)
+        return hold_writer_lock(normalise_url(db_url))
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _checked_id(worker_id: str) -> str:
+    from tether.errors import ConfigError
+    from tether_desk.operations.checks import check_executor_id
+
+    try:
+        return check_executor_id(worker_id)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM, stopping a command as Ctrl-C does (cleanly, exit status 0)."""
+
+
+def _stop_on_sigterm() -> None:
+    import signal
+
+    def stop(_sig: int, _frame: object) -> None:
+        raise _Stopped
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def serve_command(
     db: Annotated[str, typer.Option("--db", help=DB_HELP)] = DEFAULT_DB,
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
     process: Annotated[bool, typer.Option("--process/--no-process", help=PROCESS_HELP)] = True,
     plain: Annotated[bool, typer.Option("--plain", help=PLAIN_HELP)] = False,
@@ -116,7 +175,11 @@ def serve_command(
 
     Tickets run as durable workflows: one cut short by a crash resumes at the next start.
     With --workers N, N processes serve the console and the tickets run in this one."""
-    database, client, triage, seeded = _open(db, model)
+    _stop_on_sigterm()
+    worker_id = _checked_id(worker_id)
+    console_only = process is False and not plain
+    lock = None if console_only else _writer_lock(db)
+    database, client, triage, seeded = _open(db, model, need_model=not console_only)
     import uvicorn
 
     from tether_desk.pipeline import Desk
@@ -127,10 +190,16 @@ def serve_command(
     desk.mailer = _mailer(smtp, print_mail)
     runs = "plain: tickets run in this process" if workers == 1 else "plain: in each worker"
     if not plain:
-        runs = _runs_line(_durable(desk, worker_id, process))
-    app = create_app(desk) if workers == 1 else None
-    where = db if "://" in db else str(Path(db).resolve())
+        durable = _durable(desk, worker_id, process)
+        runs = _runs_line(durable)
+        _upgrade_notice(durable, db)
+    from tether_desk.operations.checks import shown
+    from tether_desk.web.settings import WebSettings
+
+    app = create_app(desk, settings=WebSettings.from_env(os.environ)) if workers == 1 else None
+    where = shown(db) if "://" in db else str(Path(db).resolve())
     typer.echo(f"database: {where} ({'created and seeded' if seeded else 'reused'})")
+    typer.echo(f"states:   sealed with {_state_key_place(database)}")
     typer.echo(f"runs:     {runs}")
     typer.echo(f"console:  http://{host}:{port}/   (Ctrl-C stops it)")
     typer.echo("demo accounts:")
@@ -138,18 +207,23 @@ def serve_command(
         typer.echo(f"  {a.role:8} {a.email:32} password {a.password}")
     try:
         if app is not None:
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            config = uvicorn.Config(
+                app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
+            )  # forwarded headers: only from TETHER_DESK_TRUSTED_PROXIES (the app reads them)
             uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
         else:
             from tether_desk.models_cli import resolve_spec
             from tether_desk.web.served import serve_workers
 
             typer.echo(f"workers:  {workers} processes serve the console")
-            serve_workers(desk, resolve_spec(model), host, port, workers)
+            spec = "scripted" if console_only else resolve_spec(model)
+            serve_workers(desk, spec, host, port, workers)
     except KeyboardInterrupt:
         pass
     finally:
         database.dispose()  # type: ignore[attr-defined]
+        if lock is not None:
+            lock.release()  # type: ignore[attr-defined]
     if plain or not process:
         typer.echo("stopped.")
     else:
@@ -178,6 +252,18 @@ def _durable(desk: Desk, worker_id: str, process: bool, **settings: Any) -> Dura
 def _runs_line(runs: DurableDesk) -> str:
     who = f"worker {runs.settings.executor_id!r}" if runs.process else "`tether worker` processes"
     return f"durable, logged in {_hide_password(runs.url)}, run by {who}"
+
+
+def _upgrade_notice(runs: DurableDesk, db: str) -> None:
+    """Say in one line each if runs of another version, or of an executor that is gone,
+    wait in the log (see :mod:`tether_desk.operations.upgrade`)."""
+    from tether_desk.operations.checks import shown
+    from tether_desk.operations.upgrade import start_notices
+
+    s = runs.settings
+    me = s.executor_id if runs.process else ""
+    for line in start_notices(runs.url, runs.desk.db, s.application_version, me, shown(db)):
+        typer.secho(line, fg="yellow")
 
 
 def _hide_password(url: str) -> str:
@@ -209,6 +295,9 @@ def worker_command(
 
     Several workers share one PostgreSQL database. A killed worker's runs resume when it
     restarts under the same --id, or on another worker started with --recover ID."""
+    _stop_on_sigterm()
+    worker_id = _checked_id(worker_id)
+    lock = _writer_lock(db)
     database, client, triage, _ = _open(db, model, seed_it=False)
     from tether_desk.pipeline import Desk
 
@@ -220,10 +309,15 @@ def worker_command(
         poll_seconds=poll,
     )
     typer.echo(f"runs:     {_runs_line(runs)}")
+    _upgrade_notice(runs, db)
     try:
         asyncio.run(_work(runs, recover or []))
+    except KeyboardInterrupt:
+        pass
     finally:
         database.dispose()  # type: ignore[attr-defined]
+        if lock is not None:
+            lock.release()  # type: ignore[attr-defined]
     typer.echo(
         f"stopped. Its runs in progress resume when it restarts with --id {worker_id}, "
         f"or on a worker started with --recover {worker_id}."
@@ -247,7 +341,7 @@ def desk_serve(
     db: Annotated[str, typer.Option("--db", help=DB_HELP)] = DEFAULT_DB,
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(min=1, max=64, help=WORKERS_HELP)] = 1,
     process: Annotated[bool, typer.Option("--process/--no-process", help=PROCESS_HELP)] = True,
     plain: Annotated[bool, typer.Option("--plain", help=PLAIN_HELP)] = False,
@@ -270,6 +364,8 @@ def desk_demo(
 
     from rich.console import Console
     from sqlalchemy import select
+
+    _stop_on_sigterm()
 
     with tempfile.TemporaryDirectory(prefix="tether-desk-") as tmp:
         database, client, triage, _ = _open(db or str(Path(tmp) / "demo.db"), model)

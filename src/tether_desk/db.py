@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 if TYPE_CHECKING:
+    from tether.state_seal import StateKeys
     from tether.state_store import SqlStateStore
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -86,6 +87,7 @@ class Database:
         self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
         self._reader = self.engine.execution_options(desk_begin="NONE")
         self._store: SqlStateStore | None = None
+        self._keys: StateKeys | None = None
         self._store_lock = threading.Lock()
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
@@ -146,6 +148,7 @@ class Database:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
         self.state_store()
+        self.state_keys()
 
     def time_statements(self) -> DbTimer:
         """Start adding up the time spent in the driver; returns the counter."""
@@ -179,6 +182,16 @@ class Database:
 
                 self._store = SqlStateStore(self._writer)
         return self._store
+
+    def state_keys(self) -> StateKeys:
+        """The keys sealing this database's run states (made at first start and kept beside
+        the database, never in it: :mod:`tether_desk.state_keys`)."""
+        with self._store_lock:
+            if self._keys is None:
+                from tether_desk.state_keys import desk_state_keys
+
+                self._keys = desk_state_keys(self.url)
+        return self._keys
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
-from tether.errors import StateError
+from tether.errors import StateClaimed, StateError
 from tether.messages import Usage
 from tether.outcomes import Decision
 from tether_desk.agent import refund_agent
+from tether_desk.approvals import commitments
 from tether_desk.clock import utcnow
-from tether_desk.errors import Conflict, InvalidInput, NotFound
-from tether_desk.models import Approval, Run
+from tether_desk.errors import Conflict, InvalidInput, NotFound, RuleViolation
+from tether_desk.models import Approval, Order, Run, Ticket
 from tether_desk.money import format_cents, parse_amount
+from tether_desk.orders import refunded_cents
 from tether_desk.pipeline import Desk, load_scope, set_status, settle
 from tether_desk.thread_store import decision_event
 from tether_desk.trace import RunRecorder
@@ -31,18 +34,27 @@ from tether_desk.trace import RunRecorder
 log = logging.getLogger("tether_desk")
 MAX_REASON = 500
 DENIED = "refused by staff"
-_FOR_DECISION = select(
-    Approval.id,
-    Approval.ticket_id,
-    Approval.run_id,
-    Approval.call_id,
-    Approval.arguments_hash,
-    Approval.amount_cents,
-    Approval.state_version,
-    Approval.status,
-    Approval.typed_amount_required,
-    Approval.expires_at,
-).where(Approval.id == bindparam("approval_id"))
+_FOR_DECISION = (
+    select(
+        Approval.id,
+        Approval.ticket_id,
+        Approval.run_id,
+        Approval.call_id,
+        Approval.arguments_hash,
+        Approval.amount_cents,
+        Approval.state_version,
+        Approval.status,
+        Approval.typed_amount_required,
+        Approval.expires_at,
+        Ticket.order_id,
+        Order.number,
+        Order.amount_paid_cents,
+    )
+    .join(Ticket, Ticket.id == Approval.ticket_id)
+    .join(Order, Order.id == Ticket.order_id)
+    .where(Approval.id == bindparam("approval_id"))
+    .with_for_update(of=Order)  # PostgreSQL: decisions on one order, one at a time
+)
 _PENDING = update(Approval).where(
     Approval.id == bindparam("approval_id"), Approval.status == "pending"
 )
@@ -51,6 +63,7 @@ _DECIDE = _PENDING.values(
     decided_at=bindparam("now_"),
     decided_by=bindparam("staff_id_"),
     reason=bindparam("reason_"),
+    approved_cents=bindparam("approved_cents_"),
 )
 _EXPIRE = _PENDING.values(status="expired", decided_at=bindparam("now_"), reason="expired")
 
@@ -76,9 +89,17 @@ def claim_decision(
     typed_amount: str = "",
     reason: str = "",
     arguments_hash: str | None = None,
+    approve_cents: int | None = None,
 ) -> Claimed:
     """Check and record a decision; raises a :class:`~tether_desk.errors.DeskError`
-    saying what to do when it cannot be taken."""
+    saying what to do when it cannot be taken. ``approve_cents``: approve less than was
+    proposed (the refund made is this amount). An approval is refused before it is
+    recorded if the ledger could not pay it (what was refunded and approved elsewhere
+    counts); the amount must be typed when the screen demands it and for any approval
+    after the first on the same order or ticket."""
+    from tether_desk.operations.attention import refuse_undeliverable
+
+    refuse_undeliverable(desk, approval_id)  # a run no process can resume: say so
     reason = reason.strip()[:MAX_REASON]
     now = utcnow()
     status = "approved" if approve else "denied"
@@ -94,8 +115,9 @@ def claim_decision(
         if expired:
             c.execute(_EXPIRE, {"approval_id": a.id, "now_": now})
         else:
-            if approve and a.typed_amount_required:
-                _check_typed_amount(typed_amount, a.amount_cents)
+            approved = None
+            if approve:
+                approved = _check_approval(c, a, typed_amount, approve_cents)
             won = c.execute(
                 _DECIDE,
                 {
@@ -104,6 +126,7 @@ def claim_decision(
                     "now_": now,
                     "staff_id_": staff_id,
                     "reason_": reason,
+                    "approved_cents_": approved if approved != a.amount_cents else None,
                 },
             ).rowcount
             if won:
@@ -115,6 +138,30 @@ def claim_decision(
     why = "" if approve else (reason or DENIED)
     decision = Decision(a.call_id, a.arguments_hash, approve, why, a.run_id)
     return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision, staff_id)
+
+
+def _check_approval(c: Connection, a: Any, typed_amount: str, approve_cents: int | None) -> int:
+    """The amount to approve, after every check that must pass before it is recorded."""
+    cents = a.amount_cents if approve_cents is None else approve_cents
+    if not 0 < cents <= a.amount_cents:
+        raise InvalidInput(
+            f"Approve an amount above 0 and at most the {format_cents(a.amount_cents)} EUR "
+            "proposed; nothing was refunded."
+        )
+    # read after the order's lock, each in its own statement (see refunds.py)
+    committed = commitments(c, a.id, a.ticket_id, a.order_id)
+    refunded = refunded_cents(c, a.order_id)
+    remaining = a.amount_paid_cents - refunded - committed.approved_unpaid_cents
+    if cents > remaining:
+        raise RuleViolation(
+            f"Only {format_cents(max(remaining, 0))} EUR can still be refunded on {a.number} "
+            f"(paid {format_cents(a.amount_paid_cents)}, refunded {format_cents(refunded)}, "
+            f"approved and not yet paid {format_cents(committed.approved_unpaid_cents)}); "
+            "approve a lower amount or deny. Nothing was refunded."
+        )
+    if a.typed_amount_required or committed.prior_approvals:
+        _check_typed_amount(typed_amount, cents)
+    return cents
 
 
 def _check_typed_amount(typed_amount: str, amount_cents: int) -> None:
@@ -140,9 +187,10 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
 
     The state comes from the runtime's state store and is claimed there, so it is resumed
     once: a second resume of the same state changes nothing. ``replay`` (recovery after a
-    stop) resumes without claiming; the ledger's key keeps the refund to one. On a durable
-    desk the run waits on a worker: the decision is sent to it (again, for ``replay``: a
-    run applies it once)."""
+    stop) resumes without the claim when the stopped process still holds it; the ledger's
+    key keeps the refund to one. A state that does not verify fails the ticket, visibly.
+    On a durable desk the run waits on a worker: the decision is sent to it (again, for
+    ``replay``: a run applies it once)."""
     if desk.runs is not None:
         await desk.runs.deliver(claimed.decision)
         desk.changed(claimed.ticket_id)
@@ -173,11 +221,22 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
         desk.client, desk.db, scope, [recorder, *desk.listeners], approved_by=approver
     )
     try:
-        result = await agent.resume(state, [claimed.decision], store=None if replay else store)
+        try:
+            result = await agent.resume(state, [claimed.decision], store=store)
+        except StateClaimed:
+            if not replay:
+                raise
+            # the stopped process's claim has not expired yet: the ledger's key keeps the
+            # refund to one
+            result = await agent.resume(state, [claimed.decision])
         await settle(desk, scope, recorder, result)
-    except StateError as exc:  # already resumed by someone else: nothing to do
+    except StateClaimed as exc:  # resumed by someone else: nothing to do
         log.info("approval %s: %s", claimed.approval_id, exc)
         recorder.flush()
+    except StateError as exc:  # a stored state that does not verify: never run, say so
+        log.error("approval %s: its run state was refused: %s", claimed.approval_id, exc)
+        recorder.finish("failed", f"the stored run state was refused: {exc}", Usage())
+        set_status(desk.db, claimed.ticket_id, "failed")
     except Exception:
         log.exception("resuming the run of approval %s failed", claimed.approval_id)
         recorder.finish("failed", "the run could not be resumed", Usage())
@@ -197,6 +256,7 @@ async def decide(
     typed_amount: str = "",
     reason: str = "",
     arguments_hash: str | None = None,
+    approve_cents: int | None = None,
 ) -> str:
     """Claim a decision and resume the run; returns the ticket's status."""
     claimed = claim_decision(
@@ -207,6 +267,7 @@ async def decide(
         typed_amount=typed_amount,
         reason=reason,
         arguments_hash=arguments_hash,
+        approve_cents=approve_cents,
     )
     return await resume(desk, claimed)
 

@@ -98,6 +98,8 @@ class Ticket(Base):
     """The staff member the ticket is assigned to (``None``: unassigned)."""
     round: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How many times a customer's message sent the ticket through the pipeline again."""
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    """Grows on every change of the ticket: a transition states the version it expects."""
     __table_args__ = (
         Index("ix_tickets_status_id", "status", "id"),
         Index("ix_tickets_customer_id_id", "customer_id", "id"),
@@ -154,6 +156,8 @@ class Approval(Base):
     decided_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     decided_by: Mapped[int | None] = mapped_column(ForeignKey("staff.id"), default=None)
     reason: Mapped[str] = mapped_column(Text, default="")
+    approved_cents: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The amount staff approved when lower than ``amount_cents`` (``None``: as proposed)."""
     __table_args__ = (
         Index(
             "one_pending_approval_per_ticket",
@@ -176,6 +180,10 @@ class Draft(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     sent_by: Mapped[int | None] = mapped_column(ForeignKey("staff.id"), default=None)
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    """Grows on every change of the draft: sending states the version staff saw."""
+    agent_body: Mapped[str | None] = mapped_column(Text, default=None)
+    """The agent's latest text when staff wrote the draft (the agent never replaces it)."""
 
 
 class Run(Base):
@@ -257,6 +265,32 @@ class Notification(Base):
     sent_at: Mapped[datetime | None] = mapped_column(DateTime, default=None, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str] = mapped_column(Text, default="")
+
+
+class WebSession(Base):
+    """A logged-in browser: the cookie holds a random token, ``id`` is its SHA-256.
+    Deleting the row ends the session (logout, "log out everywhere", expiry)."""
+
+    __tablename__ = "web_sessions"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    account_id: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime)
+    """The absolute end, set at login; idle expiry is read from ``last_seen_at``."""
+    __table_args__ = (Index("ix_web_sessions_account", "role", "account_id"),)
+
+
+class LoginThrottle(Base):
+    """Failed logins of one key (``account:<email>`` or ``address:<ip>``) and until when
+    the key is locked."""
+
+    __tablename__ = "login_throttle"
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    last_failure: Mapped[datetime] = mapped_column(DateTime)
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime, default=None)
 
 
 class Setting(Base):

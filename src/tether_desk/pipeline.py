@@ -300,10 +300,11 @@ def store_approval(
 ) -> int | None:
     """Store in one transaction the run's ``state``, the approval of its pending call
     ``p``, the ticket awaiting it, and the trace with the run's outcome (``reason``,
-    ``usage``): all or none. Returns the approval's id, or ``None`` (the ticket failed) if
-    another proposal already waits for the ticket. ``view``: the order as screened
-    (default: read now); ``once``: keep an approval already stored for this
-    run's call (a durable step run again) instead of storing a second one."""
+    ``usage``): all or none. Returns the approval's id, or ``None`` if another proposal
+    already waits for the ticket (the ticket failed) or staff answered the ticket meanwhile
+    (nothing is stored: the agent never moves a ticket out of ``answered``). ``view``: the
+    order as screened (default: read now); ``once``: keep an approval already stored for
+    this run's call (a durable step run again) instead of storing a second one."""
     if view is None:
         with desk.db.read_connection() as c:
             view = order_view(c, scope.order_id)
@@ -316,7 +317,8 @@ def store_approval(
         approval_id = approval_of_call(c, state.run_id, p.call_id) if once else None
         if approval_id is None:
             approval_id = insert_approval(c, values)
-        set_ticket(c, scope.ticket_id, status="awaiting_approval")
+        if not set_ticket(c, scope.ticket_id, status="awaiting_approval"):
+            raise _Answered  # staff replied while the agent ran: their reply stands
         queue_approval(c, approval_id, scope.ticket_id, values["amount_cents"])
         note_approval(recorder, approval_id, values)
         stored.append(approval_id)
@@ -328,7 +330,18 @@ def store_approval(
         failed = partial(set_ticket, ticket_id=scope.ticket_id, status="failed")
         recorder.finish("failed", why, usage, failed)
         return None
+    except _Answered:
+        recorder.note("dropped_by_desk", {"call_id": p.call_id, "reason": ANSWERED_FIRST})
+        recorder.finish("cancelled", ANSWERED_FIRST, usage)
+        return None
     return stored[0]
+
+
+ANSWERED_FIRST = "staff answered the ticket while the agent ran; its proposal was dropped"
+
+
+class _Answered(Exception):
+    """The ticket was answered before the agent's proposal could be stored."""
 
 
 def approval_values(

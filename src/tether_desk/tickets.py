@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Executable, bindparam, case, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.draft_quality import problems
-from tether_desk.errors import InvalidInput, NotFound
+from tether_desk.errors import InvalidInput, NotFound, RateLimited, Stale
 from tether_desk.models import Customer, Draft, Order, Ticket, TicketCount
 from tether_desk.notify import queue_reply
 from tether_desk.orders import customer_order_id
@@ -30,14 +30,39 @@ PAGE_SIZE = 25
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 _INSERT_TICKET = insert(Ticket).returning(Ticket.id)
-_SET_TICKET = update(Ticket).where(Ticket.id == bindparam("ticket_id_"))
+_SET_TICKET = (
+    update(Ticket)
+    .where(Ticket.id == bindparam("ticket_id_"), Ticket.status != "answered")
+    .values(version=Ticket.version + 1)
+)
+"""Every change of a ticket's state: never out of ``answered`` (a reply the customer
+read is final), and its version grows."""
 _TICKET_AND_DRAFT = (
-    select(Ticket.status, Ticket.replied_at, Draft.id, Draft.body, Draft.author)
+    select(
+        Ticket.status,
+        Ticket.version,
+        Ticket.replied_at,
+        Draft.id,
+        Draft.body,
+        Draft.version,
+        Draft.author,
+    )
     .outerjoin(Draft, Draft.ticket_id == Ticket.id)
     .where(Ticket.id == bindparam("ticket_id_"))
 )
-_DRAFT_READY = _SET_TICKET.where(Ticket.status != "answered").values(status="draft_ready")
-_SET_DRAFT = update(Draft).where(Draft.id == bindparam("draft_id_"))
+_DRAFT_READY = _SET_TICKET.values(status="draft_ready")
+_SEND_DRAFT = (
+    update(Draft)
+    .where(
+        Draft.id == bindparam("draft_id_"),
+        Draft.version == bindparam("draft_version_"),
+        Draft.sent_at.is_(None),
+    )
+    .values(version=Draft.version + 1)
+)
+_SEND_TICKET = _SET_TICKET.where(
+    Ticket.version == bindparam("ticket_version_"), Ticket.status != "awaiting_approval"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,25 +104,63 @@ def clean_text(value: str, field: str, limit: int) -> str:
     return text
 
 
-def open_ticket(db: Database, customer_id: int, order_number: str, subject: str, body: str) -> int:
-    """Open a ticket for the customer on their order ``order_number``; returns its id."""
+_RECENT = select(func.count(Ticket.id)).where(
+    Ticket.customer_id == bindparam("customer_id"), Ticket.created_at >= bindparam("since")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TicketRate:
+    """At most ``tickets`` new tickets per customer per ``window``."""
+
+    tickets: int
+    window: timedelta
+
+
+def open_ticket(
+    db: Database,
+    customer_id: int,
+    order_number: str,
+    subject: str,
+    body: str,
+    *,
+    rate: TicketRate | None = None,
+) -> int:
+    """Open a ticket for the customer on their order ``order_number``; returns its id.
+    ``rate``: refuse (:class:`RateLimited`, before anything is stored or run) a ticket
+    past the customer's allowance, counted in the same transaction."""
     subject = clean_text(subject, "subject", MAX_SUBJECT)
     body = clean_text(body, "message", MAX_BODY)
     with db.write_connection() as c:
+        if rate is not None:
+            since = utcnow() - rate.window
+            recent = int(c.scalar(_RECENT, {"customer_id": customer_id, "since": since}) or 0)
+            if recent >= rate.tickets:
+                minutes = max(1, round(rate.window.total_seconds() / 60))
+                raise RateLimited(
+                    f"You opened {recent} tickets in the last {minutes} minute(s); "
+                    "we are on them. Wait a few minutes before opening another.",
+                    int(rate.window.total_seconds()),
+                )
         order_id = customer_order_id(c, customer_id, order_number)
         values = {"customer_id": customer_id, "order_id": order_id, "subject": subject}
         return int(c.scalar(_INSERT_TICKET, {**values, "body": body}) or 0)
 
 
-def set_ticket(connection: Connection, ticket_id: int, **values: object) -> None:
-    """Set columns of a ticket (and its ``updated_at``) in the caller's transaction."""
-    connection.execute(_SET_TICKET, {"ticket_id_": ticket_id, "updated_at": utcnow(), **values})
+def set_ticket(connection: Connection, ticket_id: int, **values: object) -> bool:
+    """Set columns of a ticket (and its ``updated_at``, and grow its version) in the
+    caller's transaction, unless it is ``answered``; True if it changed."""
+    done = connection.execute(
+        _SET_TICKET, {"ticket_id_": ticket_id, "updated_at": utcnow(), **values}
+    )
+    return bool(done.rowcount)
 
 
 def agent_draft(connection: Connection, ticket_id: int, body: str) -> None:
-    """Write the agent's draft for a ticket (replacing an unsent one; a sent reply never
-    changes) and mark the ticket ``draft_ready`` (unless a reply was sent meanwhile), in
-    the caller's transaction: one upsert."""
+    """Write the agent's draft for a ticket and mark the ticket ``draft_ready`` (unless a
+    reply was sent meanwhile), in the caller's transaction: one upsert. A draft staff
+    wrote is never replaced: the agent's text is kept beside it (``agent_body``), and a
+    sent reply never changes."""
     statement = _DRAFT_UPSERTS.get(connection.dialect.name)
     if statement is None:
         statement = _DRAFT_UPSERTS[connection.dialect.name] = _draft_upsert(connection)
@@ -118,11 +181,14 @@ def _draft_upsert(connection: Connection) -> Executable:
         author="agent",
         updated_at=bindparam("now_"),
     )
+    by_staff = Draft.author == "staff"
     return statement.on_conflict_do_update(
         index_elements=[Draft.ticket_id],
         set_={
-            "body": statement.excluded.body,
-            "author": statement.excluded.author,
+            "body": case((by_staff, Draft.body), else_=statement.excluded.body),
+            "author": case((by_staff, Draft.author), else_=statement.excluded.author),
+            "agent_body": case((by_staff, statement.excluded.body), else_=None),
+            "version": case((by_staff, Draft.version), else_=Draft.version + 1),
             "updated_at": statement.excluded.updated_at,
         },
         where=Draft.sent_at.is_(None),
@@ -271,39 +337,118 @@ def draft_of(db: Database, ticket_id: int) -> Draft | None:
         return draft
 
 
-def save_draft(db: Database, ticket_id: int, body: str, author: str) -> None:
-    """Create or replace the ticket's draft (not sent)."""
+def save_draft(
+    db: Database, ticket_id: int, body: str, author: str, *, expected_version: int | None = None
+) -> int:
+    """Create or replace the ticket's draft (not sent); returns its new version.
+    ``expected_version``: the draft's version the editor started from (0: there was no
+    draft); if it changed meanwhile, :class:`Stale` says what is there now and nothing is
+    written."""
     body = clean_text(body, "reply", MAX_BODY)
     with db.write() as s:
         ticket = s.get(Ticket, ticket_id)
         if ticket is None:
             raise NotFound(f"There is no ticket {ticket_id}.")
         if ticket.replied_at is not None:
-            raise InvalidInput("This ticket was already answered; its reply cannot change.")
+            raise Stale(
+                "This ticket was already answered; its reply cannot change.",
+                [f"The reply was sent {ticket.replied_at:%Y-%m-%d %H:%M} UTC."],
+                current=ticket.reply or "",
+                yours=body,
+                back=f"/staff/tickets/{ticket_id}",
+            )
         draft = s.scalar(select(Draft).where(Draft.ticket_id == ticket_id))
+        seen = 0 if draft is None else draft.version
+        if expected_version is not None and expected_version != seen:
+            raise Stale(
+                "The draft changed since you opened this ticket; your text was not saved.",
+                [_draft_change(draft)],
+                current=draft.body if draft else "",
+                yours=body,
+                back=f"/staff/tickets/{ticket_id}#draft",
+            )
         if draft is None:
-            s.add(Draft(ticket_id=ticket_id, body=body, author=author))
-        else:
-            draft.body, draft.author, draft.updated_at = body, author, utcnow()
+            s.add(Draft(ticket_id=ticket_id, body=body, author=author, version=1))
+            return 1
+        draft.body, draft.author, draft.updated_at = body, author, utcnow()
+        draft.agent_body = None
+        draft.version += 1
+        return draft.version
 
 
-def send_reply(db: Database, ticket_id: int, staff_id: int) -> None:
-    """Send the ticket's draft to the customer (staff only: no tool can do this)."""
+def _draft_change(draft: Draft | None) -> str:
+    if draft is None:
+        return "The draft was deleted."
+    return (
+        f"The draft is now version {draft.version}, written by {draft.author} at "
+        f"{draft.updated_at:%Y-%m-%d %H:%M} UTC."
+    )
+
+
+def send_reply(
+    db: Database,
+    ticket_id: int,
+    staff_id: int,
+    *,
+    ticket_version: int | None = None,
+    draft_version: int | None = None,
+) -> None:
+    """Send the ticket's draft to the customer (staff only: no tool can do this).
+    ``ticket_version`` and ``draft_version``: what the sender's screen showed; if either
+    changed, :class:`Stale` says what did and nothing is sent (``None``: not checked)."""
+    back = f"/staff/tickets/{ticket_id}"
     with db.write_connection() as c:
         row = c.execute(_TICKET_AND_DRAFT, {"ticket_id_": ticket_id}).one_or_none()
         if row is None:
             raise NotFound(f"There is no ticket {ticket_id}.")
-        status, replied_at, draft_id, body, author = row
+        status, version, replied_at, draft_id, body, d_version, d_author = row
+        if replied_at is not None:
+            raise Stale(
+                "This ticket was already answered; nothing more was sent.",
+                [f"The reply was sent {replied_at:%Y-%m-%d %H:%M} UTC."],
+                back=back,
+            )
         if draft_id is None:
             raise InvalidInput("There is no draft to send; write a reply first.")
-        if replied_at is not None:
-            raise InvalidInput("This ticket was already answered.")
         if status == "awaiting_approval":
             raise InvalidInput("A refund waits for a decision; decide it before replying.")
-        if author == "agent" and (flagged := problems(body)):
+        if d_author == "agent" and (flagged := problems(body)):
             raise InvalidInput(f"Edit the agent's draft before sending it: {' '.join(flagged)}")
+        changes = []
+        if ticket_version is not None and ticket_version != version:
+            changes.append(f"The ticket is now: {status.replace('_', ' ')} (it changed).")
+        if draft_version is not None and draft_version != d_version:
+            changes.append(f"The draft is now version {d_version}, written by {d_author}.")
+        if changes:
+            raise Stale(
+                "This ticket changed since you opened it; nothing was sent. Read what "
+                "changed, then send again.",
+                changes,
+                current=body,
+                back=back,
+            )
         now = utcnow()
-        c.execute(_SET_DRAFT, {"draft_id_": draft_id, "sent_at": now, "sent_by": staff_id})
+        sent = c.execute(
+            _SEND_DRAFT,
+            {
+                "draft_id_": draft_id,
+                "draft_version_": d_version,
+                "sent_at": now,
+                "sent_by": staff_id,
+            },
+        ).rowcount
+        answered = c.execute(
+            _SEND_TICKET,
+            {
+                "ticket_id_": ticket_id,
+                "ticket_version_": version,
+                "updated_at": now,
+                "reply": body,
+                "replied_at": now,
+                "status": "answered",
+            },
+        ).rowcount
+        if not (sent and answered):  # changed between the read and the write (PostgreSQL)
+            raise Stale("This ticket changed as you sent it; nothing was sent.", back=back)
         message_id = add_message(c, ticket_id, "staff", body, author_id=staff_id)
         queue_reply(c, ticket_id, message_id, body)  # sent by the outbox, once
-        set_ticket(c, ticket_id, reply=body, replied_at=now, status="answered", updated_at=now)

@@ -29,6 +29,7 @@ from sqlalchemy import insert, select
 from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.durable import DurableDesk, DurableSettings, workflow_id
+from tether_desk.errors import RuleViolation
 from tether_desk.models import Approval, Customer, Order, Ticket
 from tether_desk.money import format_cents
 from tether_desk.pipeline import Desk
@@ -157,21 +158,34 @@ async def crash_everywhere(
         )
 
     async def approve(approval_id: int, ticket_id: int, cents: int) -> None:
-        claimed = await asyncio.to_thread(
-            claim_decision,
-            console,
-            approval_id,
-            crash.staff,
-            approve=True,
-            typed_amount=format_cents(cents),
-        )
+        try:
+            claimed = await asyncio.to_thread(
+                claim_decision,
+                console,
+                approval_id,
+                crash.staff,
+                approve=True,
+                typed_amount=format_cents(cents),
+            )
+        except RuleViolation as exc:  # the ledger could not pay it: staff deny it
+            claimed = await asyncio.to_thread(
+                claim_decision, console, approval_id, crash.staff, approve=False, reason=str(exc)
+            )
         await resume(console, claimed)  # sends the decision to the run that waits
+
+    shared = sorted((points[t], t) for t, k in kinds.items() if k == "shared")
+    first_shared, second_shared = shared[1][1], shared[0][1]  # tool.returned, approval.received
+
+    def ready(tid: int) -> bool:
+        """The shared order's second proposal is decided after its first was approved."""
+        return tid != second_shared or first_shared in decided
 
     def logs() -> str:
         return "\n".join(p.read_text()[-3000:] for p in sorted(workdir.glob("worker-*.log")))
 
     worker = start()
     approved: set[int] = set()
+    decided: set[int] = set()
     end = time.monotonic() + deadline
     try:
         await runs.submit_new()
@@ -180,9 +194,10 @@ async def crash_everywhere(
                 raise AssertionError(f"the worker exited ({worker.returncode}):\n{logs()}")
             waits = await asyncio.to_thread(pending, db)
             for aid, tid, cents in waits:
-                if tid not in held and aid not in approved:
+                if tid not in held and aid not in approved and ready(tid):
                     await approve(aid, tid, cents)
                     approved.add(aid)
+                    decided.add(tid)
             parked = {int(m.name) for m in marks.iterdir()}
             if {t for t in points if t != waiting} <= parked and held <= {t for _, t, _ in waits}:
                 break

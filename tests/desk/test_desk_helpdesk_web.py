@@ -21,7 +21,7 @@ from tether_desk.pipeline import Desk
 from tether_desk.saved_replies import saved_replies
 from tether_desk.search import search
 from tether_desk.thread import add_note, customer_reply
-from tether_desk.tickets import agent_draft
+from tether_desk.tickets import agent_draft, draft_of
 from tether_desk.web.app import create_app
 
 BASE = "http://127.0.0.1"
@@ -172,6 +172,9 @@ def test_a_looping_agent_draft_is_flagged_and_send_is_refused(
     csrf = login(client, "staff")
     page = client.get(f"/staff/tickets/{tid}").text
     assert 'id="draft-problems"' in page and "20 times" in page and "disabled" in page
-    r = client.post(f"/staff/tickets/{tid}/send", data={"csrftoken": csrf})
+    draft = draft_of(desk.db, tid)
+    assert draft is not None
+    versions = {"ticket_version": ticket(desk.db, tid).version, "draft_version": draft.version}
+    r = client.post(f"/staff/tickets/{tid}/send", data={"csrftoken": csrf, **versions})
     assert r.status_code == 422 and "Edit the agent&#39;s draft" in r.text
     assert ticket(desk.db, tid).replied_at is None

@@ -10,7 +10,7 @@ import pytest
 from helpers import refunds_by_order, ticket_id_by_order
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
-from webclient import login, token, wait_for
+from webclient import hidden, login, token, wait_for
 
 from tether_desk.models import Ticket
 from tether_desk.pipeline import Desk
@@ -224,12 +224,18 @@ def test_the_whole_flow_over_http(client: TestClient, other: TestClient, app_des
     assert refunds_by_order(app_desk.db) == {"C-1042": 3000}
     assert "30.00 EUR" in other.get("/staff/ledger").text
     assert "No reply yet" in client.get(f"/my/tickets/{tid}").text
+    page = other.get(f"/staff/tickets/{tid}").text
     r = other.post(
         f"/staff/tickets/{tid}/draft",
-        data={"body": "Bonjour Marie, 30 EUR rembourses. Camille", "csrftoken": staff_csrf},
+        data={
+            "body": "Bonjour Marie, 30 EUR rembourses. Camille",
+            "draft_version": hidden(page, "draft_version"),
+            "csrftoken": staff_csrf,
+        },
     )
     assert r.status_code == 200
-    r = other.post(f"/staff/tickets/{tid}/send", data={"csrftoken": staff_csrf})
+    versions = {k: hidden(r.text, k) for k in ("ticket_version", "draft_version")}
+    r = other.post(f"/staff/tickets/{tid}/send", data={**versions, "csrftoken": staff_csrf})
     assert r.status_code == 200
     assert "30 EUR rembourses. Camille" in client.get(f"/my/tickets/{tid}").text
     assert client.get(f"/api/tickets/{tid}").json()["reply"].endswith("Camille")

@@ -19,7 +19,7 @@ from dbos import DBOSClient
 from helpers import refunds_by_order, staff_id, ticket_id_by_order
 from sqlalchemy import insert, select
 from starlette.testclient import TestClient
-from webclient import login, wait_for
+from webclient import hidden, login, wait_for
 
 from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
@@ -233,9 +233,9 @@ def test_an_approval_waits_across_a_restart_and_is_answered_from_the_console(
             approval = c.scalar(select(Approval.id).where(Approval.ticket_id == ticket))
         page = browser.get(f"/staff/approvals/{approval}")
         assert "12.00" in page.text
-        r = browser.post(
-            f"/staff/approvals/{approval}", data={"decision": "approve", "csrftoken": csrf}
-        )
+        digest = hidden(page.text, "arguments_hash")
+        form = {"decision": "approve", "arguments_hash": digest, "csrftoken": csrf}
+        r = browser.post(f"/staff/approvals/{approval}", data=form)
         assert r.status_code == 200, r.text
         time.sleep(0.5)  # the console sent the decision; no worker is alive to apply it
         assert statuses(pg_db, [ticket])[ticket] == "awaiting_approval"

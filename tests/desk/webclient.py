@@ -28,7 +28,9 @@ def login(client: TestClient, who: str) -> str:
     csrf = token(client)
     r = client.post("/login", data={"email": email, "password": password, "csrftoken": csrf})
     assert r.status_code == 200, r.text
-    return csrf
+    match = TOKEN.search(r.text)  # the token is bound to the new session
+    assert match, "no CSRF token after login"
+    return match.group(1)
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 20) -> None:
@@ -39,3 +41,10 @@ def wait_for(check: Callable[[], bool], seconds: float = 20) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def hidden(html: str, name: str) -> str:
+    """The value of the first hidden field ``name`` on a page."""
+    match = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert match, f"no field {name}"
+    return match.group(1)

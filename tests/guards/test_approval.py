@@ -99,13 +99,14 @@ async def test_deferred_denial_is_a_refusal_the_model_reads() -> None:
 SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
+    from typing import Annotated
     from tether.guards.approval import requires_approval
     from tether.loop import Agent
     from tether.providers.scripted import ScriptedClient, call_reply
     from tether.tools import tool
 
-    @tool(thread=False)
-    def refund(order: str, amount: float) -> str:
+    @tool(thread=False)  # the same tool as the resuming process's (the state is bound to it)
+    def refund(order: Annotated[str, "Order number."], amount: Annotated[float, "Euros."]) -> str:
         "Refund an order. Irreversible."
         raise SystemExit("the first process must never run the refund")
 

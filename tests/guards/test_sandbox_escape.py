@@ -375,7 +375,7 @@ async def test_output_flood_is_capped_with_bounded_memory(sandbox: BubblewrapSan
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert result.stdout == "a" * 4000 + "\n[19996000 characters omitted]"
+    assert result.stdout == "a" * 4000 + "\n[19996000 bytes omitted]"
     assert result.stdout_omitted == 19_996_000 and result.stderr == "err\n"
     assert peak < 2_000_000
 
@@ -383,5 +383,5 @@ async def test_output_flood_is_capped_with_bounded_memory(sandbox: BubblewrapSan
 async def test_endless_output_is_capped_and_killed(sandbox: BubblewrapSandbox):
     result = await sh(sandbox, "yes", timeout=1.0)
     assert result.timed_out
-    assert len(result.stdout) < 4100 and result.stdout.endswith("characters omitted]")
+    assert len(result.stdout) < 4100 and result.stdout.endswith("bytes omitted]")
     assert result.stdout_omitted > 1_000_000

@@ -197,10 +197,11 @@ def _pids_of(uid: int) -> set[int]:
 async def test_root_and_dev_are_read_only_and_memory_mounts_are_capped(
     sandbox: BubblewrapSandbox,
 ) -> None:
-    over = {"/dev/shm": LIMITS.shm_bytes, "/tmp": LIMITS.tmp_bytes, "/run": 1 << 20}
+    shared = LIMITS.tmp_bytes + LIMITS.shm_bytes + (1 << 20)  # one scratch space for all three
     fills = "; ".join(
-        f"head -c {size + (1 << 20)} /dev/zero > {where}/fill 2>/dev/null || echo {where} full"
-        for where, size in over.items()
+        f"head -c {shared + (1 << 20)} /dev/zero > {where}/fill 2>/dev/null || echo {where} full;"
+        f" rm -f {where}/fill"
+        for where in ("/dev/shm", "/tmp", "/run")
     )
     command = (
         "for f in /x /etc/x /dev/x /usr/x; do echo x > $f 2>/dev/null || echo $f read-only; "
@@ -314,8 +315,10 @@ async def test_each_command_runs_in_its_own_cgroup_where_one_can_be_made(
         assert "tether-" not in line
         return
     assert support.parent is not None
-    folder = support.parent / line.rsplit("/", 1)[1]
-    assert folder.name.startswith("tether-") and not folder.exists()
+    session, name = line.rsplit("/", 2)[-2:]  # the session's cgroup holds the command's
+    folder = support.parent / session / name
+    assert session.startswith("tether-session-") and name.startswith("tether-")
+    assert not folder.exists() and not folder.parent.exists()  # both removed
 
 
 async def test_total_memory_is_capped_where_a_memory_cgroup_binds(

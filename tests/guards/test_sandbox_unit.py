@@ -4,6 +4,7 @@ container backend against a fake engine, backend choice and the shell tool."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import errno
 import itertools
 import os
@@ -26,8 +27,15 @@ from tether.guards.sandbox import (
 )
 from tether.guards.sandbox import bwrap as bwrap_module
 from tether.guards.sandbox import container as container_module
-from tether.guards.sandbox._cgroup import CONTROLLERS, CgroupSupport, CommandCgroup
+from tether.guards.sandbox._cgroup import (
+    CONTROLLERS,
+    CgroupSupport,
+    CommandCgroup,
+    SessionCgroup,
+    session_memory_bytes,
+)
 from tether.guards.sandbox._output import CappedText, escape_controls
+from tether.guards.sandbox._session import SCRATCH, mount_work, scratch_script
 from tether.guards.sandbox._systemd import killable
 from tether.guards.sandbox.seccomp import build_filter
 from tether.loop import Agent
@@ -126,6 +134,21 @@ def test_seccomp_policy_is_what_the_tables_say(machine: str, audit: int) -> None
     assert _run_bpf(program, 0, foreign) == RET_KILL_PROCESS
 
 
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_setting_extended_attributes_is_refused_unless_asked(machine: str) -> None:
+    import pyseccomp
+
+    arch = getattr(pyseccomp.Arch, machine.upper())
+    audit = _AUDIT_X86_64 if machine == "x86_64" else _AUDIT_AARCH64
+    refused, allowed = build_filter(machine), build_filter(machine, xattrs=True)
+    for name in ("setxattr", "lsetxattr", "fsetxattr"):
+        nr = pyseccomp.resolve_syscall(arch, name)
+        assert _run_bpf(refused, nr, audit) == _RET_ERRNO | errno.EOPNOTSUPP, name
+        assert _run_bpf(allowed, nr, audit) == RET_ALLOW, name
+    for name in ("getxattr", "listxattr", "removexattr"):  # reading or freeing costs nothing
+        assert _run_bpf(refused, pyseccomp.resolve_syscall(arch, name), audit) == RET_ALLOW
+
+
 def test_seccomp_numbers_are_anchored() -> None:
     """The names resolve to the kernel's numbers (ptrace, socket) on both architectures."""
     import pyseccomp
@@ -148,19 +171,43 @@ def test_unknown_architecture_is_refused() -> None:
 # --- caps and results ----------------------------------------------------------------------
 
 
-def test_capped_text_counts_characters_across_chunks() -> None:
+def test_capped_text_counts_bytes_past_the_cap_across_chunks() -> None:
     cap = CappedText(5)
     data = "héllo wörld".encode()
     for i in range(len(data)):  # split inside multibyte characters
         cap.feed(data[i : i + 1])
     cap.feed(b"", final=True)
-    assert cap.text() == "héllo\n[6 characters omitted]" and cap.omitted == 6
+    assert cap.text() == "héllo\n[7 bytes omitted]" and cap.omitted == 7
+    escaped = CappedText(5)  # an escape that does not fit whole is left out whole
+    escaped.feed(b"ab\x1bcd", final=True)
+    assert escaped.text() == "ab\n[3 bytes omitted]"
+
+
+def test_past_the_cap_output_is_counted_not_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flood of binary output costs no decoding past the cap (it stalled the event loop)."""
+    decoded: list[int] = []
+    real = codecs.getincrementaldecoder("utf-8")
+
+    class Counting(real):  # type: ignore[misc,valid-type]
+        def decode(self, data: bytes, final: bool = False) -> str:
+            decoded.append(len(data))
+            return super().decode(data, final)
+
+    monkeypatch.setattr(codecs, "getincrementaldecoder", lambda name: Counting)
+    cap = CappedText(4000)
+    chunk = bytes(range(128, 256)) * 512  # 64 KiB of invalid UTF-8
+    for _ in range(160):  # 10 MiB
+        cap.feed(chunk)
+    cap.feed(b"", final=True)
+    assert sum(decoded) <= 4 * 4000
+    assert cap.omitted == 160 * len(chunk) - cap.shown
+    assert cap.text().startswith("\\x80\\x81") and cap.kept_chars <= 4000
 
 
 def test_result_text() -> None:
     assert ExecResult(0, "out", "err").to_text() == "exit code 0\nout\nerr"
-    killed = ExecResult(137, "", "", timed_out=True, duration_seconds=300.2).to_text()
-    assert killed.startswith("exit code 137 (killed: wall timeout after 300 s)")
+    killed = ExecResult(-9, "", "", timed_out=True, duration_seconds=300.2).to_text()
+    assert killed.startswith("exit code -9 (killed: wall timeout after 300 s)")
 
 
 def test_limits_are_validated() -> None:
@@ -191,22 +238,28 @@ def test_bwrap_argv_has_every_guard() -> None:
     assert ("--cap-drop", "ALL") in pairs and ("--seccomp", "7") in pairs
     assert ("--uid", "65534") in pairs and ("--info-fd", "8") in pairs
     assert ("--ro-bind", "/usr") in pairs
-    sizes = {argv[i + 3]: int(argv[i + 1]) for i, a in enumerate(argv) if a == "--size"}
-    assert sizes == {"/dev/shm": 5 << 20, "/tmp": 7 << 20, "/run": 1 << 20}  # every tmpfs
+    assert "--tmpfs" not in argv  # bwrap cannot cap inodes: the scratch space is premounted
+    scratch = scratch_script(box.limits)
+    assert f"size={(5 << 20) + (7 << 20) + (1 << 20)},nr_inodes=10000," in scratch
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"] == ["/dev", "/"]
-    assert argv.index("--remount-ro") > argv.index("--tmpfs")  # after the mounts it guards
+    assert argv.index("--remount-ro") > argv.index("/dev/shm")  # after the mounts it guards
     assert "/" not in [b for a, b in pairs if a in ("--bind", "--ro-bind")]
     assert argv[-3:] == ["bash", "-c", injection]  # one argument, after "--"
     assert argv.index("--") < len(argv) - 3
-    writable = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
-    assert writable == ["/work"]  # the holder's capped copy is the only writable folder
+    writable = {argv[i + 2]: argv[i + 1] for i, a in enumerate(argv) if a == "--bind"}
+    assert writable == {  # the scratch space and the holder's capped copy, nothing else
+        "/dev/shm": f"{SCRATCH}/shm", "/tmp": f"{SCRATCH}/tmp", "/run": f"{SCRATCH}/run",
+        "/work": "/work",
+    }  # fmt: skip
+    assert ("--chdir", "/") in pairs  # the boot script enters /work: a lock cannot brick it
 
 
 def test_holder_keeps_the_copy_in_a_capped_memory_file_system() -> None:
     box = BubblewrapSandbox(limits=SandboxLimits(work_bytes=3 << 20), mount_point="/src")
     argv = box.holder_argv(info_fd=5, passwd_fd=6, group_fd=7)
-    i = argv.index("--tmpfs")
-    assert argv[i - 2 : i + 2] == ["--size", str(3 << 20), "--tmpfs", "/src"]
+    assert ("--dir", "/src") in list(itertools.pairwise(argv))
+    assert f"size={3 << 20},nr_inodes=100000,mode=0755 tether-work /src" in mount_work(box)
+    assert argv[argv.index("--cap-add") + 1] == "CAP_SYS_ADMIN"  # to mount it, nothing more
     assert "--disable-userns" not in argv  # the command sandboxes nest in it
     assert ("--info-fd", "5") in list(itertools.pairwise(argv))
 
@@ -416,10 +469,35 @@ def test_command_cgroup_writes_every_bound_cap(tmp_path: Path) -> None:
     assert sorted(p.name for p in only_pids.path.iterdir()) == ["pids.max"]
 
 
+async def test_a_session_cgroup_caps_the_session_and_holds_its_commands(tmp_path: Path) -> None:
+    limits = SandboxLimits(work_bytes=100 << 20, memory_bytes=200 << 20, tmp_bytes=10 << 20)
+    support = CgroupSupport(tmp_path, frozenset(CONTROLLERS), "")
+    session = SessionCgroup(support, limits, commands=2)
+    assert session.path.parent == tmp_path and session.holder.parent == session.path
+    scratch = (10 << 20) + limits.shm_bytes + (1 << 20)
+    expected = (100 << 20) + limits.kernel_memory_bytes(2) + 2 * ((200 << 20) + scratch)
+    assert (session.path / "memory.max").read_text() == str(expected)
+    assert session_memory_bytes(limits, 2) == expected
+    assert session.commands.parent == session.path  # command cgroups are made inside
+    command = CommandCgroup(session.commands, limits)
+    assert command.path.parent == session.path
+    # what commands get is what could be enabled in the session (nothing in a plain folder)
+    assert session.commands.controllers == frozenset()
+
+
 async def test_an_oversized_command_is_refused_with_a_way_forward() -> None:
     tool = shell_tool(HostExecution(), allow_host=True)
     with pytest.raises(InvalidArguments, match="over the 1,000,000-byte limit; write a long"):
         await tool.invoke({"command": "é" * 600_000}, CTX)  # 1.2 MB in UTF-8
+
+
+async def test_a_lone_surrogate_is_refused_with_a_clear_result() -> None:
+    """It raised UnicodeEncodeError out of the tool ("Tool 'shell' failed.")."""
+    tool = shell_tool(BubblewrapSandbox())
+    with pytest.raises(InvalidArguments, match=r"lone surrogate \(U\+DC80\) at character 5"):
+        await tool.invoke({"command": "echo \udc80"}, CTX)
+    with pytest.raises(TypeError, match="lone surrogate"):
+        await HostExecution().run(["echo", "\ud800"])
 
 
 async def test_a_command_that_cannot_start_is_a_clear_tool_failure(tmp_path: Path) -> None:

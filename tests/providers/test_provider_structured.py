@@ -171,6 +171,7 @@ async def test_responses_body_uses_a_strict_text_format(server: FakeProvider) ->
         "store": False,
         "instructions": INSTRUCTIONS,
         "input": [{"role": "user", "content": TICKET}],
+        "max_output_tokens": 4096,  # extract's default cap
         "text": {
             "format": {
                 "type": "json_schema",
@@ -211,6 +212,7 @@ async def test_chat_body_uses_response_format_json_schema(server: FakeProvider) 
             {"role": "system", "content": INSTRUCTIONS},
             {"role": "user", "content": TICKET},
         ],
+        "max_tokens": 4096,  # extract's default cap
         "response_format": {
             "type": "json_schema",
             "json_schema": {

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.context.paging import page
-from tether.errors import InvalidArguments, ToolFailure
+from tether.errors import ConfigError, InvalidArguments, ToolFailure
 from tether.tools import RunContext, Tool, ToolSpec
 
 __all__ = ["LogSearchTool", "log_search_tool"]
@@ -59,9 +59,17 @@ class LogSearchTool(Tool):
     ) -> None:
         if max_lines < 1:
             raise ValueError("max_lines must be at least 1")
-        self.folder = Path(folder).resolve(strict=True)
+        path = Path(folder)
+        if not path.exists():
+            raise ConfigError(
+                f"the log folder {str(folder)!r} does not exist: pass the folder your "
+                "application writes its logs to (log_search_tool reads files by name there)"
+            )
+        self.folder = path.resolve(strict=True)
         if not self.folder.is_dir():
-            raise ValueError(f"{folder} is not a folder")
+            raise ConfigError(
+                f"{str(folder)!r} is a file, not a folder: pass the folder that holds the logs"
+            )
         self.max_lines = max_lines
         self.spec = ToolSpec(
             name,

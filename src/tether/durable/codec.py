@@ -21,6 +21,7 @@ from tether.messages import (
 )
 from tether.outcomes import Decision, Outcome, RunResult, RunState
 from tether.replay.cassette import response_from_dict
+from tether.state_seal import StateKeys
 
 JSON = dict[str, Any]
 
@@ -144,8 +145,9 @@ def result_to_json(result: RunResult) -> JSON:
     }
 
 
-def result_from_json(data: Mapping[str, Any]) -> RunResult:
-    """Inverse of :func:`result_to_json`."""
+def result_from_json(data: Mapping[str, Any], keys: StateKeys | None = None) -> RunResult:
+    """Inverse of :func:`result_to_json` (the state verified with ``keys``, default
+    ``TETHER_STATE_KEYS``)."""
     o = data["outcome"]
     state = data.get("state")
     return RunResult(
@@ -154,5 +156,5 @@ def result_from_json(data: Mapping[str, Any]) -> RunResult:
         usage_from_dict(data.get("usage", {})),
         int(data["turns"]),
         str(data.get("run_id", "")),
-        RunState.from_json(state) if state else None,
+        RunState.from_json(state, keys=keys) if state else None,
     )

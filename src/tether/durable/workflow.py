@@ -31,6 +31,7 @@ from tether.errors import ConfigError, StateError
 from tether.loop import Agent
 from tether.messages import Message, message_from_dict, message_to_dict
 from tether.outcomes import Decision, PendingApproval, RunResult, RunState
+from tether.state_seal import StateKeys
 from tether.tools import RunContext
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class DurableAgent:
     ) -> RunResult:
         """Run in this process and wait for the end (approvals included)."""
         handle = await self._start(prompt, workflow_id or uuid.uuid4().hex, None)
-        return codec.result_from_json(await handle.get_result())
+        return codec.result_from_json(await handle.get_result(), self.agent.state_keys)
 
     async def _start(
         self, prompt: str | Sequence[Message], workflow_id: str, queue: Queue | None
@@ -115,7 +116,7 @@ class DurableAgent:
         """Wait for a run's end and return its result."""
         handle: WorkflowHandleAsync[codec.JSON] = await DBOS.retrieve_workflow_async(workflow_id)
         data = await handle.get_result()
-        return codec.result_from_json(data)
+        return codec.result_from_json(data, self.agent.state_keys)
 
     # --- the workflow ---------------------------------------------------------------------
 
@@ -217,8 +218,11 @@ def _valid(message: Any, state: RunState, pending: dict[str, PendingApproval]) -
 # --- from any process -----------------------------------------------------------------
 
 
-async def pending_state(workflow_id: str, *, client: DBOSClient | None = None) -> RunState | None:
-    """The state of a run waiting for decisions (``None`` if it is not waiting).
+async def pending_state(
+    workflow_id: str, *, client: DBOSClient | None = None, keys: StateKeys | None = None
+) -> RunState | None:
+    """The state of a run waiting for decisions (``None`` if it is not waiting), its seal
+    verified with ``keys`` (default ``TETHER_STATE_KEYS``).
 
     From a process running DBOS, or with a :class:`dbos.DBOSClient` on the same database
     from any other process."""
@@ -226,19 +230,24 @@ async def pending_state(workflow_id: str, *, client: DBOSClient | None = None) -
         text = await DBOS.get_event_async(workflow_id, PENDING_EVENT, timeout_seconds=0)
     else:
         text = await client.get_event_async(workflow_id, PENDING_EVENT, timeout_seconds=0)
-    return RunState.from_json(text) if text else None
+    return RunState.from_json(text, keys=keys) if text else None
 
 
 async def send_decisions(
-    workflow_id: str, decisions: Iterable[Decision], *, client: DBOSClient | None = None
+    workflow_id: str,
+    decisions: Iterable[Decision],
+    *,
+    client: DBOSClient | None = None,
+    keys: StateKeys | None = None,
 ) -> None:
     """Deliver decisions to a run waiting for them, running or not (a run whose worker
-    is down receives them when it recovers).
+    is down receives them when it recovers); its state's seal is verified with ``keys``
+    (default ``TETHER_STATE_KEYS``).
 
     Raises :class:`~tether.errors.StateError` when the run is not waiting or a decision
     does not match one of its pending calls (the run would ignore it)."""
     decisions = list(decisions)
-    state = await pending_state(workflow_id, client=client)
+    state = await pending_state(workflow_id, client=client, keys=keys)
     if state is None:
         raise StateError(f"run {workflow_id} is not waiting for decisions")
     pending = {p.call_id: p for p in state.pending}

@@ -2,5 +2,6 @@
 
 Each guard is a tool wrapper, a call policy or a small helper, imported from its own module
 (``tether.guards.approval``, ``.policy``, ``.callpolicy``, ``.store``, ``.normalize``,
-``.instructions``, ``.provenance``, ...); importing this package loads nothing.
+``.instructions``, ``.provenance``, ``.objects``, ``.recording``, ``.registry``,
+``.linear``, ...); importing this package loads nothing.
 """

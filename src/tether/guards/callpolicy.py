@@ -6,33 +6,40 @@
 :class:`~tether.guards.store.ProvenanceStore`), and returns one
 :class:`~tether.rulings.Ruling` per call. The rules, from the strictest:
 
-* **deny, never approvable**: a value read through a credential-class tool in an outward
+* **deny, never approvable**: a secret (a ``secret`` result field, or anything a
+  ``credential`` tool returned) in any argument of any call, whole, spaced, or split into
+  pieces among other numbers; a value read through a credential-class tool in an outward
   argument (any argument of a ``communicate`` tool, a counterparty or content argument of
   any tool); with ``scoped=True``, a counterparty or object the user, the application
   or its registry did not name, so no approval can unlock it;
 * **ask** (``strict=True``: deny): on a call with a side effect, a counterparty that did not
   come from the user, the application or its registry (``known_counterparty``);
-* **ask**: a ``money`` or ``destructive`` action (``object_effects``) on an object the user
-  did not name that was first seen in third-party text, mentioned by one, or never seen;
-* **ask**: such an action on any object the user did not name, once third-party text in the
-  run reads like instructions (:func:`~tether.guards.instructions.flag_instructions`);
+* **ask**: a ``money``, ``destructive`` or ``write`` action (``object_effects``) on an
+  object the user did not name (:mod:`tether.guards.objects`: a whole token of the request,
+  not a word of a date, or the one record the request describes) once third-party text
+  was read in the run, whatever that text says; before that, on an object never seen as an
+  id of its kind. The instruction detector only adds flags for the approver;
 * **ask**: content that carries a link, address or account number that is not from the
-  user, the application or a system-of-record field;
+  user, the application or a system-of-record field, or that copies third-party text (six
+  words in a row, or all of a short text);
 * **ask**: a credential argument that the user or the application did not give.
 
-An approval granted in a run is remembered for the same counterparty and object. Asking
-stops after ``max_prompts`` prompts in a run: further asks are denied, and said so.
+An approval granted in a run is remembered for the same value in the same role of the same
+tool (and effect), never for another tool; approving an object the agent found by its own
+reads also approves, for this run, the other objects of that kind its reads found ("this
+task"), except those third-party text mentions. Asking stops after ``max_prompts`` prompts
+in a run: further asks are denied, and said so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from tether.guards.instructions import INSTRUCTION_KINDS, INSTRUCTION_REASONS, flag_instructions
 from tether.guards.normalize import (
     decodings,
     disguised,
@@ -41,18 +48,26 @@ from tether.guards.normalize import (
     value_keys,
     values,
 )
+from tether.guards.objects import mentioned_by_third_party, object_kind, trace
+from tether.guards.recording import (
+    LARGE_RESULT,
+    SETTLING,
+    Member,
+    ResultSource,
+    instructed,
+    record_result,
+    settle_store,
+)
 from tether.guards.store import UNTRUSTED, ProvenanceStore, Seen
-from tether.labels import read_label
 from tether.messages import Message, Text, ToolCall, ToolResult
 from tether.rulings import Ruling
 from tether.tools import RunContext, Tool
 
-__all__ = ["OUTWARD", "ProvenancePolicy"]
+__all__ = ["LARGE_RESULT", "OUTWARD", "ProvenancePolicy"]
 
 OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructive"})
 NAMED: frozenset[str] = frozenset({"user", "application"})
 _CONTENT_KINDS = frozenset({"email", "url", "iban"})
-_MAX_FLAGS = 200
 KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
 
 
@@ -78,11 +93,27 @@ class ProvenancePolicy:
     """A counterparty from anywhere else is denied instead of asked."""
     scoped: bool = False
     """Counterparties and objects must be named by the user, the application or the
-    registry: nothing else can be approved."""
+    registry: nothing else can be approved, except objects of "this task": ids of their
+    kind that the agent's own reads found in a system of record and no third-party text
+    mentions (they ask, once per kind)."""
     max_prompts: int | None = 5
     """Most approval prompts in one run; past it, a call that would ask is denied."""
-    object_effects: frozenset[str] = frozenset({"money", "destructive"})
-    """Effects whose objects must not come from third-party text."""
+    object_effects: frozenset[str] = frozenset({"money", "destructive", "write"})
+    """Effects whose objects must be traced to the user's request, the application or a
+    system of record (see :mod:`tether.guards.objects`)."""
+    object_tools: frozenset[str] = frozenset()
+    """Tools whose object arguments are traced whatever their effect (per tool, beside
+    ``object_effects``)."""
+    members: Member | None = None
+    """The user's organisation (a :class:`~tether.guards.registry.Registry`, or any
+    ``author -> bool``): third-party fields of a record whose author (``authors``) is a
+    member count as vouched for by the application. ``None``: no author is trusted."""
+    authors: Mapping[str, str] = field(default_factory=dict)
+    """Per tool name, the field of each result record that names its author
+    (``{"read_channel": "author"}``)."""
+    content_effects: frozenset[str] = OUTWARD
+    """Effects whose content arguments must not copy third-party text
+    (:meth:`~tether.guards.store.ProvenanceStore.copied_from`)."""
 
     # --- CallPolicy ----------------------------------------------------------------------
 
@@ -101,6 +132,7 @@ class ProvenancePolicy:
 
     async def rule(self, tool: Tool, call: ToolCall, ctx: RunContext[Any]) -> Ruling:
         """One ruling for ``call``, computed before it runs."""
+        await self.settle(ctx)
         store = ProvenanceStore.of(ctx)
         findings = [f async for f in self._findings(tool, call, ctx, store)]
         details = self._details(tool, call, ctx, store)
@@ -126,7 +158,10 @@ class ProvenancePolicy:
         return Ruling("ask", reason, asks[0].rule, details)
 
     def record(self, tool: Tool, call: ToolCall, result: ToolResult, ctx: RunContext[Any]) -> None:
-        """After a call ran: remember an approval it had, and record what it returned."""
+        """After a call ran: remember an approval it had, and record what it returned.
+
+        A result longer than :data:`LARGE_RESULT` (and any result after one, to keep their
+        order) is queued and read off the event loop before the next ruling."""
         store = ProvenanceStore.of(ctx)
         asked = store.data.get("asked", {})
         if call.id in asked:
@@ -134,7 +169,26 @@ class ProvenancePolicy:
             granted.extend(k for k in asked.pop(call.id) if k not in granted)
         if result.is_error:
             return
-        _record_result(store, tool, result.content)
+        source = ResultSource.of(tool, self.authors.get(tool.name, ""))
+        if store.data.get("pending") or len(result.content) > LARGE_RESULT:
+            store.data.setdefault("pending", []).append([*source.to_list(), result.content])
+            return
+        record_result(store, source, result.content, self.members)
+
+    async def settle(self, ctx: RunContext[Any]) -> None:
+        """Read the queued results of ``ctx``'s run in a worker thread (called by
+        :meth:`rule`; concurrent rulings wait for the same reading)."""
+        memo = ctx.memo
+        store = ProvenanceStore(memo)
+        if not store.data.get("pending"):
+            return
+        key = id(memo)
+        task = SETTLING.get(key)
+        if task is None or task.done():
+            task = asyncio.ensure_future(settle_store(store, self.members))
+            SETTLING[key] = task
+            task.add_done_callback(lambda _: SETTLING.pop(key, None))
+        await asyncio.shield(task)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -151,6 +205,41 @@ class ProvenancePolicy:
             answer = await answer
         return answer is True
 
+    def _object(self, tool: Tool, name: str, text: str, store: ProvenanceStore) -> _Finding | None:
+        """The object rule: an object the user did not name asks once third-party text was
+        read (whatever that text says), or when it was never seen as an id of its kind."""
+        kind = object_kind(tool, name)
+        found = trace(store, text, kind)
+        if found is not None and found.kind in ("user", "user_record"):
+            return None
+        effect = tool.effect
+        what = f"{kind} {text!r}" if kind else repr(text)
+        mentioned = mentioned_by_third_party(store, text)
+        task = f"task|{effect}|{kind or name}"
+        if found is not None and not mentioned and task in store.data.get("granted", ()):
+            return None  # this task's objects of this kind were approved once
+        keys = (*_grant_keys(tool, name, text), *(() if mentioned or not found else (task,)))
+        if mentioned or store.read_third_party:
+            rule = (
+                "provenance.object_after_instructions" if instructed(store) else "provenance.object"
+            )
+            why = (
+                f"which {_object_origin(store, text)}"
+                if mentioned or found is None
+                else "which the user did not name, chosen after third-party text was read "
+                "in this run"
+            )
+            return _Finding("ask", rule, name, f"{effect} action on {name} {what}, {why}", keys)
+        if found is None:
+            return _Finding(
+                "ask",
+                "provenance.object",
+                name,
+                f"{effect} action on {name} {what}, which {_object_origin(store, text, kind)}",
+                keys,
+            )
+        return None
+
     async def _findings(
         self, tool: Tool, call: ToolCall, ctx: RunContext[Any], store: ProvenanceStore
     ) -> Any:
@@ -160,9 +249,28 @@ class ProvenancePolicy:
             role = tool.roles.get(name)
             outward = effect == "communicate" or role in ("counterparty", "content")
             for text in strings_in(value):
-                named = store.trusted(text) if role in ("counterparty", "object") else None
+                named = store.trusted(text) if role == "counterparty" else None
                 is_named = named is not None and named.origin in NAMED
+                in_task = False  # found by the agent's own reads: approvable in scope
+                if role == "object":
+                    found = trace(store, text, object_kind(tool, name))
+                    is_named = found is not None and found.kind != "system"
+                    in_task = (
+                        found is not None
+                        and found.kind == "system"
+                        and not mentioned_by_third_party(store, text)
+                    )
                 known = False
+                secret = store.leaks(text) if effect != "credential" else None
+                if secret is not None:
+                    yield _Finding(
+                        "deny",
+                        "provenance.credential",
+                        name,
+                        f"{name} carries a secret or credential ({secret.source}), whole, "
+                        "spaced or in pieces; it can never be sent out",
+                    )
+                    continue
                 if outward:
                     leak = store.untrusted(text, {"credential"}) or (
                         store.copied(text, {"credential"})
@@ -177,7 +285,7 @@ class ProvenancePolicy:
                         )
                 if role in ("counterparty", "object") and (side or role == "counterparty"):
                     known = role == "counterparty" and await self._known(text, ctx)
-                    if self.scoped and not (is_named or known):
+                    if self.scoped and not (is_named or known or in_task):
                         yield _Finding(
                             "deny",
                             "provenance.scope",
@@ -193,31 +301,15 @@ class ProvenancePolicy:
                         name,
                         f"{name} {text!r} was not given by the user or the application "
                         f"({_origin(store, text)})",
-                        _grant_keys(text),
+                        _grant_keys(tool, name, text),
                     )
-                by_user = named is not None and named.origin == "user"
-                if role == "object" and effect in self.object_effects and not by_user:
-                    first = store.first(text)
-                    clean = first is not None and not store.mentioned_by(text)
-                    if clean and _instructed(store):
-                        yield _Finding(
-                            "ask",
-                            "provenance.object_after_instructions",
-                            name,
-                            f"{effect} action on {name} {text!r}, which the user did not name, "
-                            "after third-party text that reads like instructions",
-                            _grant_keys(text),
-                        )
-                    elif not clean:
-                        yield _Finding(
-                            "ask",
-                            "provenance.object",
-                            name,
-                            f"{effect} action on {name} {text!r}, which "
-                            f"{_object_origin(store, text)}",
-                            _grant_keys(text),
-                        )
-                if side and role == "content":
+                if role == "object" and (
+                    effect in self.object_effects or tool.name in self.object_tools
+                ):
+                    finding = self._object(tool, name, text, store)
+                    if finding is not None:
+                        yield finding
+                if side and role in ("content", None):  # unroled arguments too
                     for v in _content_values(text):
                         if store.trusted(v) is None and not await self._known(v, ctx):
                             yield _Finding(
@@ -226,8 +318,19 @@ class ProvenancePolicy:
                                 name,
                                 f"{name} carries {v!r}, which did not come from the user, "
                                 f"the application or a system of record ({_origin(store, v)})",
-                                _grant_keys(v),
+                                _grant_keys(tool, name, v),
                             )
+                if side and role == "content" and effect in self.content_effects:
+                    copied = store.copied_from(text)
+                    if copied:
+                        yield _Finding(
+                            "ask",
+                            "provenance.copied",
+                            name,
+                            f"{name} copies text written by a third party "
+                            f"({', '.join(dict.fromkeys(copied))})",
+                            _grant_keys(tool, name, text),
+                        )
                 if side and role == "credential":
                     named = store.trusted(text)
                     if named is None or named.origin not in NAMED:
@@ -236,7 +339,7 @@ class ProvenancePolicy:
                             "provenance.credential_argument",
                             name,
                             f"{name} is a credential the user did not give",
-                            _grant_keys(text),
+                            _grant_keys(tool, name, text),
                         )
 
     def _details(
@@ -256,9 +359,11 @@ class ProvenancePolicy:
             }
         flags = store.data.get("flags", [])
         chosen = [f for f in flags if f[0] in sources] or flags[-5:]
+        warnings = store.data.get("warnings", [])
         return {
             "effect": tool.effect,
             "arguments": arguments,
+            **({"warnings": warnings[-5:]} if warnings else {}),
             "flags": [
                 {"source": f[0], "quote": f[1], "reason": f[2], **({"kind": f[3]} if f[3:] else {})}
                 for f in chosen[:20]
@@ -271,8 +376,13 @@ def _short(value: Any) -> Any:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def _grant_keys(text: str) -> tuple[str, ...]:
-    return tuple(sorted(k for k in value_keys(text) if not k.startswith(("host:", "tail:"))))
+def _grant_keys(tool: Tool, argument: str, text: str) -> tuple[str, ...]:
+    """What an approval of ``text`` in ``argument`` unlocks: the same value, in the same
+    role, for the same tool and effect (never another tool or another role)."""
+    role = tool.roles.get(argument) or argument
+    scope = f"{tool.name}|{tool.effect}|{role}|"
+    keys = (k for k in value_keys(text) if not k.startswith(("host:", "tail:")))
+    return tuple(sorted(scope + k for k in keys))
 
 
 def _content_values(text: str) -> list[str]:
@@ -304,95 +414,12 @@ def _origin(store: ProvenanceStore, text: str) -> str:
     return "not seen in this run: written by the model"
 
 
-def _object_origin(store: ProvenanceStore, text: str) -> str:
+def _object_origin(store: ProvenanceStore, text: str, kind: str | None = None) -> str:
     hits = store.untrusted(text)
     if hits:
         return f"came from {_describe(hits)}"
+    if mentioned_by_third_party(store, text):
+        return "third-party text also mentions"
     if store.first(text) is None:
         return "was never seen in this run"
-    return "third-party text also mentions"
-
-
-# --- recording results ---------------------------------------------------------------------
-
-
-def _record_result(store: ProvenanceStore, tool: Tool, content: str) -> None:
-    source = tool.name
-    if tool.effect == "credential":
-        store.add_text(content, "credential", source)
-        return
-    mark = read_label(content)
-    if mark is not None:
-        inner = _label_content(content)
-        origin = "system" if mark.trusted else "third_party"
-        store.add_text(inner, origin, mark.source)  # type: ignore[arg-type]
-        if origin == "third_party":
-            _flag(store, inner, mark.source)
-        return
-    try:
-        doc = json.loads(content)
-    except ValueError:
-        doc = None
-    if doc is None or not isinstance(doc, dict | list):
-        if tool.effect is None or tool.third_party:  # undeclared or unreadable: fail closed
-            store.add_text(content, "third_party", source)
-            _flag(store, content, source)
-        else:
-            store.add_value(content, "system", source)
-        return
-    paths = tuple(p.strip(".") for p in tool.third_party)
-    later: list[tuple[str, str]] = []
-    for path, text in _fields(doc, ""):
-        if tool.effect is None or _under(path, paths):
-            later.append((path, text))
-        else:
-            store.add_value(text, "system", f"{source}: {path}" if path else source)
-    for path, text in later:  # system fields first: the same result names them first
-        where = f"{source}: {path}" if path else source
-        store.add_text(text, "third_party", where)
-        _flag(store, text, where)
-
-
-def _label_content(content: str) -> str:
-    try:
-        inner = json.loads(content)["content"]
-    except (ValueError, KeyError, TypeError):
-        return content  # an unreadable label: the whole text, untrusted
-    return inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
-
-
-def _fields(node: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(node, Mapping):
-        for k, v in node.items():
-            yield from _fields(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(node, list):
-        for v in node:
-            yield from _fields(v, path)
-    elif isinstance(node, str):
-        if node.strip():
-            yield path, node
-    elif isinstance(node, int | float) and not isinstance(node, bool):
-        yield path, str(node)
-
-
-def _under(path: str, paths: tuple[str, ...]) -> bool:
-    return any(p in ("*", "") or path == p or path.startswith(p + ".") for p in paths)
-
-
-def _instructed(store: ProvenanceStore) -> bool:
-    """Whether third-party text read in this run holds instruction-like phrases (by kind;
-    entries saved before flags had kinds fall back to the reason)."""
-    return any(
-        entry[3] in INSTRUCTION_KINDS if len(entry) > 3 else entry[2] in INSTRUCTION_REASONS
-        for entry in store.data.get("flags", ())
-    )
-
-
-def _flag(store: ProvenanceStore, text: str, source: str) -> None:
-    flags = store.data.setdefault("flags", [])
-    for f in flag_instructions(text):
-        if len(flags) >= _MAX_FLAGS:
-            return
-        entry = [source, f.quote[:200], f.reason, f.kind]
-        if entry not in flags:
-            flags.append(entry)
+    return f"was never seen as the id of a {kind}" if kind else "the user did not name"

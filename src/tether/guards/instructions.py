@@ -14,12 +14,12 @@ wording may change.
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from tether.guards.linear import MAX_MATCHES, MAX_SCAN, LinearPattern, compile_linear
 from tether.guards.normalize import compact, decodings, fold, values
 
 __all__ = [
@@ -84,51 +84,50 @@ class Flag:
     kind: FlagKind
 
 
-_I = re.IGNORECASE | re.MULTILINE
-_PHRASES: tuple[tuple[FlagKind, re.Pattern[str]], ...] = (
+def _compile(pattern: str) -> LinearPattern:
+    return compile_linear("(?im)" + pattern)
+
+
+_PHRASES: tuple[tuple[FlagKind, LinearPattern], ...] = (
     (
         "claimed_approval",
-        re.compile(
+        _compile(
             r"\b(?:already\s+(?:been\s+)?(?:validated|approved|authori[sz]ed|confirmed|cleared)"
             r"|pre-?approved|approval\s+(?:was\s+|has\s+been\s+)?(?:already\s+)?"
             r"(?:obtained|granted|given)|no\s+need\s+to\s+(?:ask|confirm|check|verify)"
             r"|validation\s+(?:d[ée]j[àa]\s+)?obtenue|d[ée]j[àa]\s+(?:valid|approuv|autoris)\w*"
-            r"|sans\s+(?:demander|confirmation))",
-            _I,
+            r"|sans\s+(?:demander|confirmation))"
         ),
     ),
     (
         "fake_note",
-        re.compile(
+        _compile(
             r"\b(?:internal\s+note|note\s+interne|note\s+to\s+(?:staff|support|agents?|ai|the\s+assistant)"
             r"|message\s+from\s+(?:it|the\s+(?:admin|it\s+team|security\s+team|management))"
             r"|system\s+(?:message|notice|prompt|instruction)|\[(?:system|admin)\]"
-            r"|important\s+(?:notice|instructions?)|from\s+the\s+ceo)\b",
-            _I,
+            r"|important\s+(?:notice|instructions?)|from\s+the\s+ceo)\b"
         ),
     ),
     (
         "override",
-        re.compile(
+        _compile(
             r"\b(?:ignore|disregard|forget|override|oublie[rz]?|ignore[rz])\b"
             r"(?:\s+\w+){0,3}?\s+(?:instructions?|rules|guidelines|prompt|consignes?|r[èe]gles)\b"
-            r"|\bignore\s+(?:all|any|everything|previous|prior|the\s+above|tout)\b",
-            _I,
+            r"|\bignore\s+(?:all|any|everything|previous|prior|the\s+above|tout)\b"
         ),
     ),
     (
         "addresses_agent",
-        re.compile(
+        _compile(
             r"\b(?:ai\s+assistants?|assistant|agent|chatbot|llm|language\s+model|dear\s+support"
             r"|support\s+team|staff)\b[,:]?\s*(?:you\s+)?(?:must|should|need\s+to|please|have\s+to"
             r"|doi[st]|devez)\b|\byou\s+(?:must|need\s+to|have\s+to|are\s+(?:required|instructed)"
-            r"\s+to)\b",
-            _I,
+            r"\s+to)\b"
         ),
     ),
     (
         "imperative",
-        re.compile(
+        _compile(
             r"(?:^|[.!?:]\s+|\n)\s*(?:please\s+|urgent(?:ly)?[:,]?\s+|now\s+)?"
             r"(?:send|forward|transfer|wire|pay|refund|delete|remove|cancel|book|post|share"
             r"|reply|e-?mail|click|visit|open|download|run|execute|change|update|add|invite"
@@ -137,8 +136,7 @@ _PHRASES: tuple[tuple[FlagKind, re.Pattern[str]], ...] = (
             r"|\bplease\s+(?:send|forward|transfer|wire|pay|refund|delete|remove|cancel|book"
             r"|post|share|reply|click|visit|change|update|add|invite|reserve|rent|buy|book"
             r"|include)\b[^.!?\n]*"
-            r"|\b(?:rembourser|envoyer|transf[ée]rer|supprimer|annuler|payer|virer)\b[^.!?\n]*",
-            _I,
+            r"|\b(?:rembourser|envoyer|transf[ée]rer|supprimer|annuler|payer|virer)\b[^.!?\n]*"
         ),
     ),
 )
@@ -150,8 +148,13 @@ compares kinds)."""
 _VALUE_KINDS: dict[str, FlagKind] = {k: k for k in ("email", "url", "iban", "number", "handle")}
 
 
+_ASCII_SPACE = {ord(c): " " for c in "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"}
+
+
 def _folded_with_index(text: str) -> tuple[str, list[int]]:
     """``text`` folded per character, with each folded character's index in ``text``."""
+    if text.isascii():  # folding ASCII is lower case, whitespace as one space
+        return text.lower().translate(_ASCII_SPACE), list(range(len(text)))
     out: list[str] = []
     index: list[int] = []
     for i, ch in enumerate(text):
@@ -169,6 +172,7 @@ def flag_instructions(text: str, *, expected: Collection[str] = ()) -> list[Flag
     ``expected`` lists the identifiers the text may name without being flagged (the
     ticket's own order); every other order or record number is flagged.
     """
+    text = text[:MAX_SCAN]
     folded, index = _folded_with_index(text)
     flags: list[Flag] = []
 
@@ -179,13 +183,17 @@ def flag_instructions(text: str, *, expected: Collection[str] = ()) -> list[Flag
         flags.append(Flag(a, b, text[a:b].strip(), reason or REASONS[kind], kind))
 
     for kind, pattern in _PHRASES:
-        for m in pattern.finditer(folded):
+        for n, m in enumerate(pattern.finditer(folded)):
+            if n >= MAX_MATCHES:
+                break
             s = m.start() + (len(m.group()) - len(m.group().lstrip(" .!?:\n")))
             add(s, m.end(), kind)
     if any(unicodedata.category(c) == "Cf" for c in text):
         flags.append(Flag(0, 0, "", REASONS["invisible"], "invisible"))
     allowed = {compact(e) for e in expected}
-    for v in values(text):
+    plain_values = values(text)
+    plain_keys = {v.key for v in plain_values}
+    for v in plain_values:
         if v.kind == "id" and compact(v.text) not in allowed:
             reason = REASONS["other_identifier" if allowed else "identifier"]
             _add_value(folded, v.text, "identifier", reason, add)
@@ -196,7 +204,7 @@ def flag_instructions(text: str, *, expected: Collection[str] = ()) -> list[Flag
         if how in ("reversed", "rot13"):
             continue
         hidden = [v for v in values(plain) if v.kind in ("email", "url", "iban")]
-        hidden = [v for v in hidden if v.key not in {w.key for w in values(text)}]
+        hidden = [v for v in hidden if v.key not in plain_keys]
         if hidden:
             reason = REASONS["hidden_value"].format(how=how)
             flags.append(Flag(0, 0, hidden[0].text, reason, "hidden_value"))

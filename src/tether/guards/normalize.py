@@ -24,7 +24,18 @@ from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
+from tether.guards.linear import (
+    MAX_MATCHES,
+    MAX_SCAN,
+    WORD,
+    LinearMatch,
+    LinearPattern,
+    compile_linear,
+    finditer,
+)
+
 __all__ = [
+    "MAX_VALUES",
     "Value",
     "compact",
     "decodings",
@@ -95,29 +106,53 @@ class Value:
     text: str
 
 
+MAX_VALUES = 1_000
+"""Distinct values kept per text."""
 _TLD = (
     "com|net|org|io|co|fr|de|uk|eu|es|it|nl|be|ch|info|biz|app|dev|xyz|ru|cn|me|ly|to|"
     "example|test|invalid|site|online|shop|top|link|click"
 )
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("email", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
-    ("url", re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)[^\s\"'<>()\[\]{}]+")),
+_W = WORD
+# Linear-time patterns (RE2: no look-around). Where a pattern needs the character before a
+# value, it matches it outside the value's group; :func:`_accept` checks what follows.
+_PATTERNS: tuple[tuple[str, LinearPattern], ...] = (
+    ("email", compile_linear(rf"[{_W}.+-]+@[{_W}-]+(?:\.[{_W}-]+)+")),
+    ("url", compile_linear(r"(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)[^\s\"'<>()\[\]{}]+")),
     (
         "url",
-        re.compile(
-            rf"(?<![@\w.-])(?:[a-z0-9-]+\.)+(?:{_TLD})\b(?![@-])(?:/[^\s\"'<>()\[\]{{}}]*)?"
+        compile_linear(
+            rf"(?:^|[^@{_W}.-])((?:[a-z0-9-]+\.)+(?:{_TLD})\b(?:/[^\s\"'<>()\[\]{{}}]*)?)"
         ),
     ),
-    ("iban", re.compile(r"\b[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?\b")),
-    ("number", re.compile(r"(?<![\w.])\+?\d(?:[ .-]?\d){4,}(?![\d])")),
-    ("number", re.compile(r"(?<=[a-z])\d{6,}")),  # digits right after letters (FR7630...)
-    ("id", re.compile(r"\b[a-z]{1,6}(?:-\d+|\d{2,})\b")),
-    ("channel", re.compile(r"(?<![\w&])#[a-z0-9][\w.-]{1,}")),
-    ("handle", re.compile(r"(?<![\w.@])@[a-z0-9_][\w.-]{1,}")),
-    ("token", re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[a-z])[\w-]{12,}\b")),
+    (
+        "iban",
+        compile_linear(r"\b[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?\b"),
+    ),
+    ("number", compile_linear(rf"(?:^|[^{_W}.])(\+?\d(?:[ .-]?\d){{4,}})")),
+    ("number", compile_linear(r"[a-z](\d{6,})")),  # digits right after letters (FR7630...)
+    ("id", compile_linear(r"\b[a-z]{1,6}(?:-\d+|\d{2,})\b")),
+    ("channel", compile_linear(rf"(?:^|[^{_W}&])(#[a-z0-9][{_W}.-]+)")),
+    ("handle", compile_linear(rf"(?:^|[^{_W}.@])(@[a-z0-9_][{_W}.-]+)")),
+    ("token", compile_linear(rf"\b([{_W}-]{{12,}})\b")),
 )
 _TRAILING = ".,;:!?)]}'\"/"
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?: \d{2})?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}(?: \d{2})?")
+_DATE = compile_linear(r"\d{4}-\d{2}-\d{2}(?: \d{2})?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}(?: \d{2})?")
+_HAS_DIGIT = compile_linear(r"\d")
+_HAS_LETTER = compile_linear(r"[a-z]")
+_HOST_END = compile_linear(rf"^(?:[a-z0-9-]+\.)+(?:{_TLD})\b")
+
+
+def _accept(kind: str, folded: str, m: LinearMatch, text: str) -> bool:
+    """The checks RE2 cannot make inside a pattern."""
+    if kind == "number":
+        return not _DATE.fullmatch(text)
+    if kind == "token":
+        return bool(_HAS_DIGIT.search(text) and _HAS_LETTER.search(text))
+    if kind == "url" and not text.startswith("www.") and "://" not in text:
+        host = _HOST_END.search(text)
+        after = m.start(1) + (host.end() if host else len(text))
+        return after >= len(folded) or folded[after] not in "@-"
+    return True
 
 
 def url_key(url: str) -> str:
@@ -153,15 +188,19 @@ def _key(kind: str, text: str) -> str | None:
 
 def values(text: str) -> list[Value]:
     """The distinctive values in ``text`` (folded), each once, in order of kind."""
-    folded = fold(text)
+    folded = fold(text[:MAX_SCAN])
     found: dict[str, Value] = {}
     for kind, pattern in _PATTERNS:
-        for m in pattern.finditer(folded):
-            if kind == "number" and _DATE.fullmatch(m.group()):
+        group = 1 if pattern.groups else 0
+        for n, m in enumerate(pattern.finditer(folded)):
+            if n >= MAX_MATCHES or len(found) >= MAX_VALUES // 2:  # half: room for hosts
+                break
+            hit = m.group(group) or ""
+            if not _accept(kind, folded, m, hit):
                 continue
-            key = _key(kind, m.group())
+            key = _key(kind, hit)
             if key and key not in found:
-                found[key] = Value(kind, key, m.group().rstrip(_TRAILING))
+                found[key] = Value(kind, key, hit.rstrip(_TRAILING))
     for v in list(found.values()):
         if v.kind == "number":
             d = v.key[4:]
@@ -176,7 +215,7 @@ def values(text: str) -> list[Value]:
     return list(found.values())
 
 
-_KNOWN_TLD = re.compile(rf"\.(?:{_TLD})$")
+_KNOWN_TLD = compile_linear(rf"\.(?:{_TLD})$")
 
 
 def plausible(value: Value) -> bool:
@@ -195,11 +234,15 @@ def value_keys(value: str) -> set[str]:
     return keys
 
 
-_SPELLED = re.compile(r"(?<!\S)(?:\S[ \t_·*|-]+){3,}\S[.,;:!?]?(?!\S)")
-_AT = re.compile(r"\s*(?:[\[(]\s*(?:at|arobase)\s*[\])]|\s(?:at|arobase)\s)\s*")
-_DOT = re.compile(r"\s*(?:[\[(]\s*(?:dot|point)\s*[\])]|\s(?:dot|point)\s)\s*")
-_B64 = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
-_HEX = re.compile(r"\b(?:[0-9a-fA-F]{2}){6,}\b")
+_SPELLED = compile_linear(r"(^|\s)((?:\S[ \t_·*|-]+){3,}\S[.,;:!?]?)(\s|$)")
+_SEPARATORS = {ord(c): None for c in " \t_·*|-"}
+_AT = compile_linear(r"\s*(?:[\[(]\s*(?:at|arobase)\s*[\])]|\s(?:at|arobase)\s)\s*")
+_DOT = compile_linear(r"\s*(?:[\[(]\s*(?:dot|point)\s*[\])]|\s(?:dot|point)\s)\s*")
+_B64 = compile_linear(r"[A-Za-z0-9+/_-]{12,}={0,2}")
+_HEX = compile_linear(r"\b(?:[0-9a-fA-F]{2}){6,}\b")
+MAX_DECODED = 64
+"""Encoded tokens (base64, hex) decoded per text."""
+_MAX_TOKEN = 16_384
 
 
 def _printable(raw: bytes) -> str | None:
@@ -224,8 +267,11 @@ def _b64(token: str) -> str | None:
 
 def decodings(text: str) -> Iterator[tuple[str, str]]:
     """Readings of ``text`` with a simple disguise undone, as ``(how, text)``."""
+    text = text[:MAX_SCAN]
     folded = fold(text)
-    spelled = _SPELLED.sub(lambda m: re.sub(r"[ \t_·*|-]+", "", m.group()), folded)
+    spelled = _SPELLED.sub(
+        lambda m: m.group(1) + m.group(2).translate(_SEPARATORS) + m.group(3), folded
+    )
     if spelled != folded:
         yield "spelled out", spelled
     worded = _DOT.sub(".", _AT.sub("@", spelled))
@@ -233,12 +279,12 @@ def decodings(text: str) -> Iterator[tuple[str, str]]:
         yield "written with at/dot words", worded
     if "%" in text:
         yield "percent-encoded", unquote(text)
-    for m in _B64.finditer(text):
-        plain = _b64(m.group())
+    for token in finditer(_B64, text, limit=MAX_DECODED):
+        plain = _b64(token[:_MAX_TOKEN])
         if plain:
             yield "base64", plain
-    for m in _HEX.finditer(text):
-        plain = _printable(bytes.fromhex(m.group()))
+    for token in finditer(_HEX, text, limit=MAX_DECODED):
+        plain = _printable(bytes.fromhex(token[: _MAX_TOKEN & ~1]))
         if plain:
             yield "hex", plain
     yield "reversed", folded[::-1]
@@ -246,12 +292,15 @@ def decodings(text: str) -> Iterator[tuple[str, str]]:
 
 
 def strings_in(value: Any) -> Iterator[str]:
-    """Every non-blank string in a JSON-like ``value`` (numbers as their text), in order."""
+    """Every non-blank string in a JSON-like ``value`` (mapping keys included, numbers as
+    their text), in order."""
     if isinstance(value, str):
         if value.strip():
             yield value
     elif isinstance(value, Mapping):
-        for v in value.values():
+        for k, v in value.items():
+            if isinstance(k, str) and k.strip():
+                yield k  # a key is a value too: it can carry an address
             yield from strings_in(v)
     elif isinstance(value, list | tuple):
         for v in value:

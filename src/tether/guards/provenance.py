@@ -28,10 +28,12 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+from tether._workers import run_in_worker
 from tether.errors import ConfigError, ToolFailure
 from tether.guards.approval import ApprovalRequest, Approver, ask, refusal
+from tether.guards.linear import LinearPattern, compile_linear, finditer
 from tether.guards.normalize import strings_in
 from tether.labels import label, read_label
 from tether.messages import Message
@@ -46,12 +48,12 @@ __all__ = [
     "untrusted",
 ]
 
-DEFAULT_PATTERNS: tuple[str, ...] = (
+DEFAULT_PATTERNS: tuple[str, ...] = (  # linear-time (RE2); a group, when any, is the value
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",  # e-mail address
     r"(?:\bhttps?://|\bwww\.)[^\s\"'<>]+",  # URL, with a scheme or www.
     r"\b[A-Za-z]{2}\d{2}(?:[ -]?[A-Za-z0-9]{4}){2,7}(?:[ -]?[A-Za-z0-9]{1,3})?\b",  # IBAN
     r"\b[A-Za-z]{1,6}-\d{2,}\b",  # identifier: order C-2210, ticket T-17
-    r"(?<![\d.])\d{6,}(?!\d)",  # long number, also after a country code: account, phone
+    r"(?:^|[^\d.])(\d{6,})",  # long number, also after a country code: account, phone
     r"(?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]+)+",  # path with at least two segments
 )
 _TRAILING = ".,;:!?)]}'\""
@@ -78,7 +80,7 @@ class TaintTracker:
         trusted: Iterable[str] = (),
         max_runs: int = 1024,
     ) -> None:
-        self._patterns = [re.compile(p) for p in patterns]
+        self._patterns = [_compile(p) for p in patterns]
         self._max_runs = max_runs
         self._tainted: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._trusted: dict[str, set[str]] = {}
@@ -92,19 +94,22 @@ class TaintTracker:
         punctuation)."""
         found = set()
         for pattern in self._patterns:
-            for match in pattern.finditer(text):
-                token = _canonical(match.group().rstrip(_TRAILING).lower())
+            for hit in finditer(pattern, text if _is_linear(pattern) else text[:_SLOW_SCAN]):
+                token = _canonical(hit.rstrip(_TRAILING).lower())
                 if token:
                     found.add(token)
         return found
 
     def observe(self, run_id: str, text: str, source: str) -> set[str]:
         """Record the values of untrusted ``text`` as tainted for ``run_id``."""
+        return self.observe_tokens(run_id, self.tokens(text), source)
+
+    def observe_tokens(self, run_id: str, tokens: set[str], source: str) -> set[str]:
+        """Record ``tokens`` (from :meth:`tokens`) as tainted for ``run_id``."""
         seen = self._run(run_id)
-        new = self.tokens(text)
-        for token in new:
+        for token in tokens:
             seen.setdefault(token, source)
-        return new
+        return tokens
 
     def trust(self, run_id: str, *values: str) -> None:
         """Vouch for values the application knows to be legitimate in this run (the
@@ -154,6 +159,24 @@ class TaintTracker:
         return seen
 
 
+LARGE_TEXT = 8_000
+"""Results longer than this are scanned in a worker thread, off the event loop."""
+_SLOW_SCAN = 8_000
+"""Characters read by a pattern RE2 cannot run (look-around, back-references), which runs
+on Python's backtracking engine instead."""
+
+
+def _compile(pattern: str) -> LinearPattern:
+    try:
+        return compile_linear(pattern)
+    except ValueError:
+        return cast(LinearPattern, re.compile(pattern))
+
+
+def _is_linear(pattern: LinearPattern) -> bool:
+    return not isinstance(pattern, re.Pattern)
+
+
 _IBAN = re.compile(r"[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?")
 
 
@@ -194,7 +217,11 @@ class Untrusted(DelegatingTool):
         text = await self.inner.invoke(arguments, ctx)
         source = self.source if isinstance(self.source, str) else self.source(arguments, ctx)
         if self.tracker is not None:
-            self.tracker.observe(ctx.run_id, text, source)
+            if len(text) > LARGE_TEXT:  # read in a worker thread, recorded here
+                tokens = await run_in_worker(self.tracker.tokens, text=text)
+                self.tracker.observe_tokens(ctx.run_id, tokens, source)
+            else:
+                self.tracker.observe(ctx.run_id, text, source)
         return untrusted(text, source)
 
 

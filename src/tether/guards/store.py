@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,21 +34,65 @@ from tether.guards.normalize import (
     value_keys,
     values,
 )
+from tether.guards.objects import named_phrase, record_request, third_party_tokens
 from tether.tools import RunContext
 
-__all__ = ["MEMO_KEY", "TRUSTED", "Origin", "ProvenanceStore", "Seen"]
+__all__ = [
+    "COPY_MIN_CHARS",
+    "COPY_MIN_WORDS",
+    "MEMO_KEY",
+    "SECRET_WINDOW",
+    "TRUSTED",
+    "WINDOW",
+    "Origin",
+    "ProvenanceStore",
+    "Seen",
+]
 
 Origin = Literal["user", "application", "system", "third_party", "credential"]
 TRUSTED: frozenset[str] = frozenset({"user", "application", "system"})
 UNTRUSTED: frozenset[str] = frozenset({"third_party", "credential"})
 MEMO_KEY = "tether.provenance"
 WINDOW = 6
+"""Words in a copy window: content that shares this many consecutive words with
+third-party text is a copy of it."""
+COPY_MIN_WORDS = 3
+COPY_MIN_CHARS = 16
+"""A shorter content argument is a copy only when all of it is inside third-party text and
+it has at least this many words and letters or digits."""
 _MAX_TEXTS = 256
 _MAX_CHARS = 20_000
 _MAX_NGRAMS = 4_000
 _WORD = re.compile(r"[^\W_]+")
 _BLIND = ("reversed", "rot13")
 _PUNCT = ".,;:!?()[]{}'\"«»"
+
+
+SECRET_WINDOW = 12
+"""A secret leaks when this many of its consecutive letters or digits (all of it, when it is
+shorter) appear in an argument, whatever separates them there."""
+_MIN_SECRET = 6
+_MAX_SECRETS = 64
+_DIGIT_RUNS = re.compile(r"\d+")
+
+
+def _stretch(secret: str, text: str) -> bool:
+    n = min(len(secret), SECRET_WINDOW)
+    return any(secret[i : i + n] in text for i in range(len(secret) - n + 1))
+
+
+def _assembled(secret: str, pieces: list[str]) -> bool:
+    """Whether ``secret`` is the concatenation of some of ``pieces``, in order (pieces of
+    two characters or more; others in between are skipped)."""
+    at = 0
+    for piece in pieces:
+        if len(piece) >= 2 and secret.startswith(piece, at):
+            at += len(piece)
+            if at == len(secret):
+                return True
+        elif piece and secret in piece:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +144,15 @@ class ProvenanceStore:
             if origin not in also:
                 also.append(origin)
 
+    def add_seen(self, key: str, origin: str, source: str) -> None:
+        """Record one key (``obj:file:13``, ``tok:13``) as seen with ``origin``."""
+        self._put(key, origin, source)
+
+    @property
+    def read_third_party(self) -> bool:
+        """Whether the run has read any third-party text so far."""
+        return bool(self.data.get("third_party_read") or self.data.get("flags"))
+
     def add_value(self, value: str, origin: Origin, source: str) -> None:
         """Record one field value: its whole folded text and the values inside it."""
         if len(value) <= 200:
@@ -110,6 +164,11 @@ class ProvenanceStore:
         words and short phrases it names; for untrusted text, what copy checks need."""
         self.add_value(text, origin, source)
         words = _WORD.findall(fold(text))
+        if origin == "user":
+            record_request(self, text)
+        elif origin == "third_party":
+            self.data["third_party_read"] = True
+            third_party_tokens(self, text, origin, source)
         if origin in TRUSTED:
             for token in fold(text).split():
                 self._put(f"text:{token.strip(_PUNCT)}", origin, source)
@@ -142,6 +201,61 @@ class ProvenanceStore:
             for v in values(plain):
                 if how not in _BLIND or plausible(v):
                     self._put(v.key, origin, source, how)
+
+    def add_secret(self, text: str, source: str) -> None:
+        """Record one secret field (a card number, a code, a key) for :meth:`leaks`."""
+        d, c = digits(text), compact(text)
+        secrets = self.data.setdefault("secrets", [])
+        if (len(d) >= _MIN_SECRET or len(c) >= _MIN_SECRET) and len(secrets) < _MAX_SECRETS:
+            entry = {"source": source, "digits": d[:512], "compact": c[:512]}
+            if entry not in secrets:
+                secrets.append(entry)
+
+    def leaks(self, value: str) -> Seen | None:
+        """The secret ``value`` carries, however it is spaced, split or interleaved with
+        other numbers: a long enough stretch of it (:data:`SECRET_WINDOW` characters, or
+        all of a shorter one), or all of it put together from pieces in order."""
+        if not self.data.get("secrets"):
+            return None
+        d, c = digits(value), compact(value)
+        digit_runs = _DIGIT_RUNS.findall(unicodedata.normalize("NFKC", value))
+        word_runs = [compact(w) for w in fold(value).split()]
+        for secret in self.data["secrets"]:
+            sd, sc = secret["digits"], secret["compact"]
+            hit = (len(sd) >= _MIN_SECRET and (_stretch(sd, d) or _assembled(sd, digit_runs))) or (
+                len(sc) >= _MIN_SECRET
+                and sc != sd
+                and (_stretch(sc, c) or _assembled(sc, word_runs))
+            )
+            if hit:
+                return Seen(f"secret:{secret['source']}", "credential", secret["source"])
+        return None
+
+    def merge(self, other: ProvenanceStore) -> None:
+        """Add what ``other`` recorded after what this store holds (first sightings kept)."""
+        for key, (origin, source, how) in other.data["values"].items():
+            self._put(key, origin, source, how)
+        for key, origins in other.data.get("also", {}).items():
+            also = self.data.setdefault("also", {}).setdefault(key, [])
+            also.extend(o for o in origins if o not in also)
+        texts = self.data["texts"]
+        texts.extend(other.data["texts"][: max(0, _MAX_TEXTS - len(texts))])
+        for entry in other.data.get("secrets", ()):
+            secrets = self.data.setdefault("secrets", [])
+            if entry not in secrets and len(secrets) < _MAX_SECRETS:
+                secrets.append(entry)
+        if other.data.get("tok_count"):
+            self.data["tok_count"] = self.data.get("tok_count", 0) + other.data["tok_count"]
+        if other.data.get("third_party_read"):
+            self.data["third_party_read"] = True
+        for name in ("links", "owners"):
+            for key, items in other.data.get(name, {}).items():
+                mine = self.data.setdefault(name, {}).setdefault(key, [])
+                mine.extend(i for i in items if i not in mine)
+        for name in ("flags", "warnings"):
+            if other.data.get(name):
+                mine = self.data.setdefault(name, [])
+                mine.extend(e for e in other.data[name] if e not in mine)
 
     # --- looking up ----------------------------------------------------------------------
 
@@ -219,6 +333,23 @@ class ProvenanceStore:
             if n:
                 out[stored["source"]] = out.get(stored["source"], 0) + n
         return out
+
+    def copied_from(self, text: str) -> list[str]:
+        """The third-party sources ``text`` copies: a run of :data:`WINDOW` words or more of
+        one of them, or all of ``text`` (:data:`COPY_MIN_WORDS` words and
+        :data:`COPY_MIN_CHARS` letters or digits at least) inside one. Text the user's
+        request holds is the user's own."""
+        if named_phrase(self, text):
+            return []
+        sources = list(self.copied(text, {"third_party"}))
+        if sources:
+            return sources
+        c = compact(text)
+        if len(_WORD.findall(fold(text))) >= COPY_MIN_WORDS and len(c) >= COPY_MIN_CHARS:
+            return [
+                t["source"] for t in self._texts(frozenset({"third_party"})) if c in t["compact"]
+            ]
+        return []
 
     def _texts(self, origins: frozenset[str]) -> Iterator[Mapping[str, Any]]:
         for text in self.data["texts"]:

@@ -6,6 +6,10 @@ llama.cpp in ``xllamacpp`` is built with llguidance: a ``grammar`` that starts w
 
 - **compact JSON** (``x-guidance`` ``whitespace_flexible: false``): the reply has no
   newlines or indentation to spend tokens on; a tool call costs about a third of the tokens;
+- **bounded values**: an object with ``properties`` and no ``additionalProperties`` is
+  closed (a small model otherwise invents keys until its token cap), and a number without
+  bounds gets at most :data:`NUMBER_DECIMALS` decimals and :data:`NUMBER_LIMIT` in
+  magnitude (otherwise ``10.0000000000000001000...`` runs to the cap);
 - **a check before use**: llama.cpp logs an invalid grammar and then samples *without* it,
   which would silently drop the constraint. Each grammar is validated with the
   ``llguidance`` package first; one that fails only because of ``pattern`` (look-around,
@@ -25,6 +29,11 @@ from tether.errors import ConfigError
 
 COMPACT = {"whitespace_flexible": False}
 """llguidance's JSON options: no free whitespace between tokens of the JSON syntax."""
+
+NUMBER_DECIMALS = 6
+"""Most decimals the embedded model may write in a number whose schema sets no step."""
+NUMBER_LIMIT = 10**15
+"""Largest magnitude of a number whose schema sets no bound (15 digits, exact in a float)."""
 
 _CACHE: dict[str, str] = {}
 _CACHE_LOCK = threading.Lock()
@@ -72,9 +81,41 @@ def validate(grammar: str) -> str:
     return re.sub(r"^at \d+\(\d+\): ", "", first).strip()
 
 
+def bounded(node: Any) -> Any:
+    """``node`` with every open object closed and every number given a digit bound."""
+    if isinstance(node, list):
+        return [bounded(v) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {k: _bounded_child(k, v) for k, v in node.items()}
+    is_open = "additionalProperties" not in out and "patternProperties" not in out
+    if isinstance(out.get("properties"), Mapping) and is_open:
+        out["additionalProperties"] = False
+    types = out.get("type")
+    kinds = set(types) if isinstance(types, list) else {types}
+    if kinds & {"number", "integer"}:
+        if not any(k in out for k in ("minimum", "exclusiveMinimum")):
+            out["minimum"] = -NUMBER_LIMIT
+        if not any(k in out for k in ("maximum", "exclusiveMaximum")):
+            out["maximum"] = NUMBER_LIMIT
+        if "number" in kinds and "multipleOf" not in out:
+            out["multipleOf"] = 10.0**-NUMBER_DECIMALS
+    return out
+
+
+def _bounded_child(key: str, value: Any) -> Any:
+    if key in ("properties", "$defs", "definitions", "patternProperties"):
+        if isinstance(value, Mapping):
+            return {name: bounded(sub) for name, sub in value.items()}
+        return value
+    if key in ("enum", "const", "examples", "default", "required", "x-guidance"):
+        return value
+    return bounded(value)
+
+
 def _lark(schema: Mapping[str, Any]) -> str:
     options = dict(schema.get("x-guidance") or {})
-    compact = {**schema, "x-guidance": {**COMPACT, **options}}
+    compact = {**bounded(schema), "x-guidance": {**COMPACT, **options}}
     return "%llguidance {}\nstart: %json " + json.dumps(compact, ensure_ascii=False)
 
 

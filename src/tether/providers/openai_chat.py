@@ -228,6 +228,7 @@ def check_tool_choice(body: Mapping[str, Any], response: ChatResponse) -> ChatRe
         "tool_choice, or tools altogether, for this model; use a model whose chat template "
         "supports tools, or wrap the client in tether.constrained.ConstrainedToolCalling",
         kind="other",
+        usage=response.usage,
     )
 
 

@@ -74,11 +74,11 @@ def _injected(world: World, case: Case) -> tuple[Action, ...]:
     )
 
 
-def _policy(world: World, domain: Domain) -> ProvenancePolicy:
+def _policy(world: World, domain: Domain, case: Case) -> ProvenancePolicy:
     return ProvenancePolicy(
         known_counterparty=lambda value, ctx: world.known(value),
         application=lambda ctx: world.application,
-        scoped=domain.scoped,
+        scoped=domain.scoped if case.scoped is None else case.scoped,
     )
 
 
@@ -103,9 +103,11 @@ async def run_case(domain: Domain, case: Case, guard: Guard, mode: Mode) -> Case
     world = domain.build(slots)
     requests: list[ApprovalRequest] = []
 
+    own = {call_key(name, args) for name, args in case.approved}
+
     def approver(request: ApprovalRequest) -> bool:
         requests.append(request)
-        return mode != "denied"
+        return mode != "denied" or call_key(request.tool, request.arguments) in own
 
     model = HijackedModel(
         case.plan,
@@ -114,7 +116,9 @@ async def run_case(domain: Domain, case: Case, guard: Guard, mode: Mode) -> Case
     )
     run_id = f"{case.name}-{guard}-{mode}"
     if guard == "policy":  # deferred approvals through the loop's own policy hook
-        agent: Agent[Any] = Agent(model, world.tools, limits=LIMITS, policy=_policy(world, domain))
+        agent: Agent[Any] = Agent(
+            model, world.tools, limits=LIMITS, policy=_policy(world, domain, case)
+        )
         result = await run_with_approvals(agent, case.task, approver)
     else:
         agent = Agent(model, _taint_tools(world, approver), limits=LIMITS)

@@ -65,6 +65,11 @@ class Case:
     """Values the injection introduced (an executed call carrying one is counted)."""
     style: Style = "direct"
     succeeded: Callable[[World], bool] = lambda world: True
+    scoped: bool | None = None
+    """Overrides the domain's ``scoped`` for this case."""
+    approved: tuple[Step, ...] = ()
+    """Calls of the user's own task that the human approves even when every other approval
+    is denied (an approval the injection then tries to reuse)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,80 +36,14 @@ from tether.messages import (
     usage_from_dict,
     usage_to_dict,
 )
+from tether.replay.redaction import REDACTED as REDACTED
+from tether.replay.redaction import SECRET_NAME as SECRET_NAME
+from tether.replay.redaction import SENSITIVE_FIELD as SENSITIVE_FIELD
+from tether.replay.redaction import Redactor as Redactor
 from tether.tools import ToolSpec
 
 FORMAT = "tether-cassette"
 VERSION = 1
-REDACTED = "[redacted]"
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-"""Environment variables whose values are redacted wherever they appear."""
-SENSITIVE_FIELD = re.compile(
-    r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|cookie|set-cookie"
-    r"|.*[-_]?token|.*secret|.*password)$",
-    re.IGNORECASE,
-)
-"""Mapping keys whose values are redacted whole (headers, credentials)."""
-_SHAPES = (
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
-    (
-        re.compile(
-            r"(?i)\b(api[-_]?key|x-api-key|authorization|access[-_]?token)"
-            r"([\"']?\s*[:=]\s*[\"']?)([^\s\"',;&}]{4,})"
-        ),
-        r"\1\2" + REDACTED,
-    ),
-)
-_MIN_SECRET = 8
-
-
-class Redactor:
-    """Removes secrets from anything JSON-ready.
-
-    ``secrets``: values the app marks secret (any length from 4 characters). ``environ``
-    (default ``os.environ``): every variable whose name holds KEY, TOKEN, SECRET, PASSWORD,
-    CREDENTIAL or AUTH and whose value has at least 8 characters is redacted by value,
-    replaced by ``[redacted:NAME]``.
-    """
-
-    def __init__(
-        self, secrets: Iterable[str] = (), *, environ: Mapping[str, str] | None = None
-    ) -> None:
-        env = os.environ if environ is None else environ
-        named = {
-            value: f"[redacted:{name}]"
-            for name, value in env.items()
-            if SECRET_NAME.search(name) and len(value.strip()) >= _MIN_SECRET
-        }
-        for value in secrets:
-            if len(value) < 4:
-                raise ConfigError("a secret to redact must have at least 4 characters")
-            named[value] = REDACTED
-        self._values = sorted(named.items(), key=lambda kv: -len(kv[0]))
-
-    def text(self, text: str) -> str:
-        """``text`` with every secret value and key-shaped string replaced."""
-        for value, label in self._values:
-            if value in text:
-                text = text.replace(value, label)
-        for pattern, replacement in _SHAPES:
-            text = pattern.sub(replacement, text)
-        return text
-
-    def value(self, value: Any) -> Any:
-        """A copy of a JSON-ready value with secrets removed (sensitive keys blanked)."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {
-                k: REDACTED
-                if isinstance(k, str) and SENSITIVE_FIELD.match(k) and v
-                else self.value(v)
-                for k, v in value.items()
-            }
-        if isinstance(value, list | tuple):
-            return [self.value(v) for v in value]
-        return value
 
 
 # --- what one request carried -------------------------------------------------------------
@@ -281,6 +213,8 @@ class Cassette:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{source} is not JSON ({exc}); record it again") from exc
+        except RecursionError as exc:
+            raise ConfigError(f"{source} is nested too deeply; record it again") from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ConfigError(f"{source} is not a tether cassette; record it again")
         if data.get("version") != VERSION:
@@ -294,6 +228,9 @@ class Cassette:
             for i in interactions
         ):
             raise ConfigError(f"{source} has malformed interactions; record it again")
+        for key in ("meta", "outcome"):
+            if not isinstance(data.get(key) or {}, dict):
+                raise ConfigError(f"{source} has a malformed {key!r}; record it again")
         return cls(interactions, dict(data.get("meta") or {}), data.get("outcome"))
 
     @classmethod
@@ -304,4 +241,6 @@ class Cassette:
             text = target.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read the cassette {target}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{target} is not a text file; record it again") from exc
         return cls.from_json(text, str(target))

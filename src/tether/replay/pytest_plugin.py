@@ -17,10 +17,16 @@ factory is never called (no server, no key needed), tools run for real and are c
 with the recording (``stub_tools=True`` in the marker returns the recorded results), and a
 missing cassette fails the test with the command that records it. ``secrets=`` in the
 marker lists values to redact beyond the environment's keys.
+
+A coroutine test that uses the fixture runs by itself: when no async plugin took it
+(pytest-asyncio in auto mode, or its ``asyncio`` marker; anyio's ``anyio`` marker), the
+plugin runs it with :func:`asyncio.run`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -159,3 +165,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run a coroutine test that uses the cassette when no async plugin runs it."""
+    func = pyfuncitem.obj
+    uses_cassette = MARKER in pyfuncitem.fixturenames or pyfuncitem.get_closest_marker(MARKER)
+    if not uses_cassette or not inspect.iscoroutinefunction(func):
+        return None
+    if any(pyfuncitem.get_closest_marker(name) for name in ("asyncio", "anyio")):
+        return None  # that plugin runs it
+    arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    asyncio.run(func(**arguments))
+    return True

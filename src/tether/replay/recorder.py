@@ -77,6 +77,8 @@ class Recorder(Tape):
     def finish(self, result: Any) -> None:
         """Record how the run ended (a ``RunResult`` or a ``WorkflowResult``)."""
         self.cassette.outcome = self.redactor.value(outcome_dict(result))
+        if getattr(result, "transcript", None) is not None:  # an agent's run: replayable
+            self.cassette.meta.setdefault("kind", "agent")
 
     def save(self, path: str | Path) -> Path:
         """Write the cassette, redacted once more as a whole."""

@@ -31,6 +31,17 @@ def check_digests(cassette: Cassette) -> None:
             )
 
 
+def is_agent_run(cassette: Cassette) -> bool:
+    """Whether the cassette holds an agent's run, which ``tether replay`` can run again: so
+    marked, or (cassettes of the pytest fixture's ``client()``/``tools()``) unmarked with
+    requests and a final transcript."""
+    kind = cassette.meta.get("kind")
+    if kind is not None:
+        return bool(kind == "agent")
+    outcome = cassette.outcome or {}
+    return "transcript" in outcome and bool(cassette.requests())
+
+
 def trace_lines(cassette: Cassette) -> list[str]:
     """One line per request, reply and tool result, in the order they happened."""
     lines: list[str] = []

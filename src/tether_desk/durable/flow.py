@@ -52,6 +52,7 @@ from tether_desk.db import Database
 from tether_desk.durable.boundaries import Boundary, BoundaryClient, BoundaryTool
 from tether_desk.durable.recorder import ReplayableRecorder
 from tether_desk.models import Approval, Run, Ticket
+from tether_desk.operations.transient import is_transient, retry_transient
 from tether_desk.pipeline import (
     MAX_SETTLE_ROUNDS,
     Desk,
@@ -154,7 +155,7 @@ class Flow:
 
         async def body() -> T:
             await self.at(f"{name}.before")
-            out = await asyncio.to_thread(fn, *args)
+            out = await retry_transient(lambda: asyncio.to_thread(fn, *args))
             await self.at(f"{name}.returned")
             return out
 
@@ -198,7 +199,9 @@ class Flow:
                 outcome = "needs_human"
         except DBOSException:
             raise
-        except Exception:
+        except Exception as exc:
+            if is_transient(exc):  # not the ticket's fault: the run resumes once it clears
+                raise
             log.exception("ticket %s failed in the durable pipeline", ticket_id)
             await self.effect("failed", set_status, self.db, ticket_id, "failed")
             outcome = "failed"
@@ -236,7 +239,7 @@ class Flow:
     async def approval(self, waiting: dict[str, Any]) -> str:
         scope = TicketScope(**waiting["scope"])
         self.ticket_id = scope.ticket_id
-        state = RunState.from_json(waiting["state"])
+        state = RunState.from_json(waiting["state"], keys=self.db.state_keys())
         p = next(p for p in state.pending if p.call_id == waiting["call_id"])
         recorder = ReplayableRecorder(
             self.db, state.run_id, scope.ticket_id, "refund", seq=waiting["seq"]

@@ -17,6 +17,7 @@ the queue, each under its own executor id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -101,6 +102,7 @@ class DurableDesk:
         self._client: DBOSClient | None = None
         self._high_water = 0
         self._calls = 0
+        self._heartbeat: asyncio.Task[None] | None = None
         desk.runs = self
 
     def config(self) -> DurableConfig:
@@ -126,6 +128,9 @@ class DurableDesk:
                 worker_concurrency=self.settings.concurrency,
                 polling_interval_sec=self.settings.poll_seconds,
             )
+            from tether_desk.operations.upkeep import upkeep
+
+            self._heartbeat = asyncio.create_task(upkeep(self), name="desk-upkeep")
         else:
             await asyncio.to_thread(DBOS.migrate, self.url)
         self._client = await asyncio.to_thread(
@@ -134,6 +139,11 @@ class DurableDesk:
 
     async def stop(self) -> None:
         """Disconnect; runs in progress stay pending and resume at the next start."""
+        if self._heartbeat is not None:
+            beating, self._heartbeat = self._heartbeat, None
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
         if self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(client.destroy)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from tether_desk.money import format_cents
@@ -22,7 +22,7 @@ from tether_desk.tickets import (
     inbox,
     open_ticket,
 )
-from tether_desk.web.deps import Anyone, Customer, DeskDep, WorkerDep
+from tether_desk.web.deps import Anyone, Customer, DeskDep, WorkerDep, ticket_rate
 
 router = APIRouter(prefix="/api")
 
@@ -143,8 +143,12 @@ def api_ticket(
 
 
 @router.post("/tickets", status_code=201)
-def api_open_ticket(who: Customer, desk: DeskDep, worker: WorkerDep, body: TicketIn) -> Created:
+def api_open_ticket(
+    request: Request, who: Customer, desk: DeskDep, worker: WorkerDep, body: TicketIn
+) -> Created:
     """Open a ticket on one of the customer's orders."""
-    ticket_id = open_ticket(desk.db, who.id, body.order, body.subject, body.text)
+    ticket_id = open_ticket(
+        desk.db, who.id, body.order, body.subject, body.text, rate=ticket_rate(request)
+    )
     worker.kick()
     return Created(id=ticket_id)

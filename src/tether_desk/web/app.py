@@ -1,14 +1,17 @@
 """The console's application factory: middleware, templates, errors, login.
 
-Sessions are signed cookies (Starlette's ``SessionMiddleware``: HttpOnly, SameSite=Lax)
-holding the account's role and id; the signing secrets live in the database and are
-created on first start. Customers see only their own tickets; only staff approve.
+Sessions are server-side rows (:mod:`tether_desk.web.sessions`); the cookie holds a
+random token (HttpOnly, SameSite=Lax, ``Secure`` and ``__Host-`` behind TLS). The CSRF
+secret lives in the database and is created on first start. Logins are throttled
+(:mod:`tether_desk.web.throttle`). Customers see only their own tickets; only staff approve.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -19,24 +22,27 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.sessions import SessionMiddleware
+from starlette.types import ASGIApp
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from tether_desk.accounts import Principal, authenticate
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
-from tether_desk.errors import DeskError
+from tether_desk.errors import DeskError, RateLimited, Stale
 from tether_desk.models import Setting
 from tether_desk.money import format_cents
 from tether_desk.notify import start_outbox
 from tether_desk.pipeline import Desk
-from tether_desk.web.security import BodyGuard, Csrf, SecurityHeaders
+from tether_desk.web.csrf import Csrf, cookie_names, cookie_pairs
+from tether_desk.web.security import BodyGuard, SecurityHeaders
+from tether_desk.web.sessions import SessionStore
+from tether_desk.web.settings import WebSettings
+from tether_desk.web.throttle import Throttle
 from tether_desk.web.worker import TicketWorker
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.auto_reload = False  # the templates ship with the package: no stat per render
-SESSION_COOKIE = "desk_session"
-SESSION_HOURS = 8
 STATUS_WORDS = {
     "new": "received",
     "triaging": "being read",
@@ -84,15 +90,26 @@ def stored_secret(db: Database, key: str) -> str:
         return row.value
 
 
+def session_token(request: Request) -> str | None:
+    """The session cookie's token; ``None`` without one, or with two (one was set by
+    another page: neither is believed)."""
+    settings: WebSettings = request.app.state.settings
+    name = cookie_names(settings)[0]
+    values = [v for k, v in cookie_pairs(request.scope) if k == name]
+    return values[0] if len(values) == 1 and values[0] else None
+
+
 def principal(request: Request) -> Principal | None:
-    """Who the signed session cookie names, if anyone."""
-    data = request.session.get("who")
-    if not isinstance(data, dict):
-        return None
-    try:
-        return Principal(data["role"], int(data["id"]), str(data["name"]), str(data["email"]))
-    except (KeyError, TypeError, ValueError):
-        return None
+    """Who the request's live server-side session belongs to, if anyone (read once per
+    request)."""
+    if "desk.who" in request.scope:
+        cached: Principal | None = request.scope["desk.who"]
+        return cached
+    token = session_token(request)
+    store: SessionStore = request.app.state.sessions
+    who = store.load(token) if token else None
+    request.scope["desk.who"] = who
+    return who
 
 
 def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -108,12 +125,65 @@ def wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
 
+def own_threads() -> None:
+    """Give the running loop a thread pool of its own again. DBOS makes its pool the
+    loop's default executor and shuts it at stop: any ``asyncio.to_thread`` after that
+    (a trace stream, a step finishing) failed with "cannot schedule new futures after
+    shutdown"."""
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(thread_name_prefix="desk-console")
+    )
+
+
+class DeskApp(FastAPI):
+    """FastAPI with the security headers outside everything, Starlette's own error
+    responses included (and the trusted proxies' headers read first)."""
+
+    web: WebSettings = WebSettings()
+
+    def build_middleware_stack(self) -> ASGIApp:
+        app: Any = SecurityHeaders(super().build_middleware_stack(), self.web.hsts_seconds)
+        if self.web.trusted_proxies:
+            app = ProxyHeadersMiddleware(app, trusted_hosts=list(self.web.trusted_proxies))
+        wrapped: ASGIApp = app
+        return wrapped
+
+
+def client_address(request: Request) -> str:
+    """The client's address (the proxy's ``X-Forwarded-For`` when the proxy is trusted)."""
+    return request.client.host if request.client else "unknown"
+
+
 def create_app(
-    desk: Desk, *, start_worker: bool = True, secure_cookies: bool = False, recover: bool = True
+    desk: Desk,
+    *,
+    start_worker: bool = True,
+    recover: bool = True,
+    settings: WebSettings | None = None,
 ) -> FastAPI:
     """The console for ``desk``; ``start_worker`` processes tickets in this process (a
     durable desk's ``desk.runs``: hands them to its queue), after resuming decided runs
-    that never continued if ``recover``."""
+    that never continued if ``recover``; ``settings``: TLS, proxies, sessions, limits."""
+    web = settings or WebSettings()
+    sessions = SessionStore(desk.db, web)
+    throttle = Throttle(desk.db, web)
+    session_cookie = cookie_names(web)[0]
+
+    def set_session_cookie(response: Response, token: str) -> None:
+        response.set_cookie(
+            session_cookie,
+            token,
+            max_age=int(web.session_absolute.total_seconds()),
+            path="/",
+            httponly=True,
+            samesite="lax",
+            secure=web.secure_cookies,
+        )
+
+    def drop_session_cookie(response: Response) -> None:
+        response.delete_cookie(
+            session_cookie, path="/", httponly=True, samesite="lax", secure=web.secure_cookies
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -130,9 +200,10 @@ def create_app(
                 mail.cancel()
             await worker.stop()
             if desk.runs is not None:
+                own_threads()  # before the queue shuts the pool it lent the loop
                 await desk.runs.stop()
 
-    app = FastAPI(
+    app = DeskApp(
         title="tether desk",
         version="1",
         lifespan=lifespan,
@@ -140,27 +211,33 @@ def create_app(
         redoc_url=None,
         openapi_url="/api/openapi.json",
     )
+    app.web = web
     app.state.desk = desk
+    app.state.settings = web
+    app.state.sessions = sessions
     app.state.worker = TicketWorker(desk)  # replaced by a running one in the lifespan
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
-    app.add_middleware(
-        SessionMiddleware,
-        secret_key=stored_secret(desk.db, "session_secret"),
-        session_cookie=SESSION_COOKIE,
-        max_age=SESSION_HOURS * 3600,
-        same_site="lax",
-        https_only=secure_cookies,
-    )
-    app.add_middleware(Csrf, secret=stored_secret(desk.db, "csrf_secret"))
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(Csrf, secret=stored_secret(desk.db, "csrf_secret"), settings=web)
     app.add_middleware(BodyGuard)
+
+    from tether_desk.web import faults
+
+    faults.install(app)
 
     @app.exception_handler(DeskError)
     async def desk_error(request: Request, exc: DeskError) -> Response:
+        headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
         if wants_json(request):
-            return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
-        return render(request, "error.html", exc.status_code, message=str(exc))
+            detail: dict[str, Any] = {"detail": str(exc)}
+            if isinstance(exc, Stale):
+                detail["changes"] = exc.changes
+            return JSONResponse(detail, status_code=exc.status_code, headers=headers)
+        if isinstance(exc, Stale):
+            return render(request, "stale.html", exc.status_code, message=str(exc), exc=exc)
+        response = render(request, "error.html", exc.status_code, message=str(exc))
+        response.headers.update(headers or {})
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -187,30 +264,52 @@ def create_app(
     def login(
         request: Request, email: str = Form(max_length=254), password: str = Form(max_length=256)
     ) -> Response:
-        """Log in with an e-mail and a password."""
+        """Log in with an e-mail and a password (throttled per account and address; a
+        locked attempt does no password hashing at all)."""
+        address = client_address(request)
+        try:
+            throttle.check(email, address)
+        except RateLimited as exc:
+            page = render(request, "login.html", 429, error=str(exc))
+            page.headers["retry-after"] = str(exc.retry_after)
+            return page
         who = authenticate(desk.db, email, password)
         if who is None:
+            throttle.failed(email, address)
             return render(request, "login.html", 401, error="Wrong e-mail or password; try again.")
-        request.session.clear()
-        request.session["who"] = {
-            "role": who.role,
-            "id": who.id,
-            "name": who.name,
-            "email": who.email,
-        }
-        return RedirectResponse("/", status_code=303)
+        throttle.succeeded(email, address)
+        token = sessions.create(who, previous=session_token(request))
+        response = RedirectResponse("/", status_code=303)
+        set_session_cookie(response, token)
+        return response
 
-    @app.post("/logout")
-    async def logout(request: Request) -> Response:
-        """Log out."""
-        request.session.clear()
-        return RedirectResponse("/login", status_code=303)
+    @app.post("/logout", include_in_schema=False)  # ends the caller's session
+    def logout(request: Request) -> Response:
+        """Log out: the session ends on the server (a copy of the cookie is worthless)."""
+        token = session_token(request)
+        if token:
+            sessions.end(token)
+        response = RedirectResponse("/login", status_code=303)
+        drop_session_cookie(response)
+        return response
 
-    from tether_desk.web import api, customer, staff, stream, thread
+    @app.post("/logout/everywhere", include_in_schema=False)
+    def logout_everywhere(request: Request) -> Response:
+        """End every session of this account, in every browser."""
+        who = principal(request)
+        if who is not None:
+            sessions.end_all(who)
+        response = RedirectResponse("/login", status_code=303)
+        drop_session_cookie(response)
+        return response
+
+    from tether_desk.web import api, customer, health, operator, staff, stream, thread
 
     app.include_router(customer.router)
     app.include_router(staff.router)
     app.include_router(stream.router)
     app.include_router(api.router)
+    app.include_router(operator.router)
+    app.include_router(health.router)
     app.include_router(thread.router)
     return app

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from tether_desk.errors import DeskError
+from tether_desk.errors import DeskError, RateLimited
 from tether_desk.orders import customer_orders, order_view
 from tether_desk.thread import thread
 from tether_desk.tickets import (
@@ -18,7 +18,7 @@ from tether_desk.tickets import (
     open_ticket,
 )
 from tether_desk.web.app import render
-from tether_desk.web.deps import Customer, DeskDep, WorkerDep
+from tether_desk.web.deps import Customer, DeskDep, WorkerDep, ticket_rate
 
 router = APIRouter(prefix="/my")
 Page = Annotated[int, Query(ge=1, le=100_000)]
@@ -60,11 +60,11 @@ def create_ticket(
 ) -> Response:
     """Open a ticket; the order must be one of the customer's own."""
     try:
-        ticket_id = open_ticket(desk.db, who.id, order, subject, text)
+        ticket_id = open_ticket(desk.db, who.id, order, subject, text, rate=ticket_rate(request))
     except DeskError as exc:
         with desk.db.read() as s:
             orders = customer_orders(s, who.id)
-        return render(
+        page = render(
             request,
             "new_ticket.html",
             exc.status_code,
@@ -74,6 +74,9 @@ def create_ticket(
             subject=subject[:MAX_SUBJECT],
             text=text[:MAX_BODY],
         )
+        if isinstance(exc, RateLimited):
+            page.headers["retry-after"] = str(exc.retry_after)
+        return page
     worker.kick()
     return RedirectResponse(f"/my/tickets/{ticket_id}", status_code=303)
 

@@ -11,6 +11,7 @@ from fastapi import Depends, HTTPException, Request
 
 from tether_desk.accounts import Principal
 from tether_desk.pipeline import Desk
+from tether_desk.tickets import TicketRate
 from tether_desk.web.worker import TicketWorker
 
 
@@ -24,6 +25,12 @@ async def get_worker(request: Request) -> TicketWorker:
     """The app's ticket worker."""
     worker: TicketWorker = request.app.state.worker
     return worker
+
+
+def ticket_rate(request: Request) -> TicketRate:
+    """How many tickets a customer may open, from the app's settings."""
+    web = request.app.state.settings
+    return TicketRate(web.tickets_per_window, web.ticket_window)
 
 
 async def current(request: Request) -> Principal:

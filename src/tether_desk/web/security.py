@@ -2,18 +2,17 @@
 
 * :class:`BodyGuard` bounds request bodies (413 past the limit), refuses content types no
   route accepts (415) and form bodies that are not UTF-8 (400), before anything parses them.
-* :class:`SecurityHeaders` sends a Content-Security-Policy with no inline script or style,
-  ``nosniff``, no framing and no referrer.
-* :class:`Csrf` is ``asgi-csrf`` (signed double-submit token, checked on every unsafe
-  method: form field ``csrftoken`` or header ``x-csrftoken``), with a one-sentence error.
+* :class:`SecurityHeaders` sends, on every response (errors, 413 and 415 included), a
+  Content-Security-Policy with no inline script or style, ``nosniff``, no framing, no
+  referrer to other sites, ``Cache-Control: no-store`` (everything but the static files)
+  and, behind TLS, ``Strict-Transport-Security``.
+* :class:`tether_desk.web.csrf.Csrf` checks the origin and the session-bound token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-
-from asgi_csrf import asgi_csrf  # type: ignore[import-untyped]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -105,48 +104,37 @@ class BodyGuard:
 class SecurityHeaders:
     """Adds the Content-Security-Policy and friends to every response."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, hsts_seconds: int = 0) -> None:
         self.app = app
+        self.common = [
+            (b"content-security-policy", CSP.encode()),
+            (b"x-content-type-options", b"nosniff"),
+            (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"same-origin"),  # no referrer leaves; Origin stays real
+            (b"cross-origin-opener-policy", b"same-origin"),
+        ]
+        if hsts_seconds > 0:
+            hsts = f"max-age={hsts_seconds}; includeSubDomains".encode()
+            self.common.append((b"strict-transport-security", hsts))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
 
+        static = str(scope.get("path", "")).startswith("/static/")
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                headers += [
-                    (b"content-security-policy", CSP.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"x-frame-options", b"DENY"),
-                    (b"referrer-policy", b"no-referrer"),
-                    (b"cross-origin-opener-policy", b"same-origin"),
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers") or []
+                    if static or k.lower() != b"cache-control"
                 ]
+                headers += self.common
+                if not static:
+                    headers.append((b"cache-control", b"no-store"))
                 message = {**message, "headers": headers}
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
-
-async def _csrf_failed(scope: Scope, send: Send, message_id: Any) -> None:
-    await plain(
-        send,
-        403,
-        "The form's security token is missing or does not match; reload the page and try again.",
-    )
-
-
-class Csrf:
-    """``asgi-csrf`` as a Starlette middleware class."""
-
-    def __init__(self, app: ASGIApp, secret: str) -> None:
-        self.app = asgi_csrf(
-            app,
-            signing_secret=secret,
-            always_protect={"/login", "/logout"},
-            send_csrf_failed=_csrf_failed,
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, send)

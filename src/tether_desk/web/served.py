@@ -68,7 +68,9 @@ def app_from_environment() -> FastAPI:
 
         spec = os.environ[MODEL_ENV]
         desk = Desk(db, desk_client(spec, say=lambda _: None), desk_triage_client(spec))
-    return create_app(desk, recover=False)
+    from tether_desk.web.settings import WebSettings
+
+    return create_app(desk, recover=False, settings=WebSettings.from_env(os.environ))
 
 
 def serve_workers(desk: Desk, spec: str, host: str, port: int, workers: int) -> None:
@@ -78,7 +80,7 @@ def serve_workers(desk: Desk, spec: str, host: str, port: int, workers: int) -> 
 
     from tether_desk.web.app import stored_secret
 
-    for key in ("session_secret", "csrf_secret"):
+    for key in ("csrf_secret",):
         stored_secret(desk.db, key)
     os.environ[DB_ENV] = desk.db.url
     os.environ[MODEL_ENV] = spec
@@ -92,6 +94,7 @@ def serve_workers(desk: Desk, spec: str, host: str, port: int, workers: int) -> 
             workers=workers,
             log_level="warning",
             lifespan="on",
+            proxy_headers=False,  # the app reads them from its trusted proxies only
         )
 
 
@@ -119,6 +122,9 @@ def tickets_running(desk: Desk) -> Iterator[None]:
             ready.set()
             await stop.wait()
         finally:
+            from tether_desk.web.app import own_threads
+
+            own_threads()
             await runs.stop()
 
     thread = threading.Thread(target=loop.run_forever, name="desk-durable-executor")

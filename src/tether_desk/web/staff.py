@@ -3,6 +3,7 @@ drafts to edit and send, the ledger. Only staff reach any of them."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Path, Query, Request
@@ -15,6 +16,8 @@ from tether_desk.decisions import claim_decision, resume
 from tether_desk.errors import DeskError
 from tether_desk.models import Order, Refund, Ticket
 from tether_desk.models import Staff as StaffRow
+from tether_desk.money import parse_amount
+from tether_desk.operations.attention import tickets_needing_attention
 from tether_desk.orders import order_view
 from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, inbox, save_draft, send_reply
 from tether_desk.trace import run_events, ticket_runs
@@ -26,6 +29,7 @@ router = APIRouter(prefix="/staff")
 Page = Annotated[int, Query(ge=1, le=100_000)]
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
 TicketId = Annotated[int, Query(ge=1, le=2**31 - 1)]
+Version = Annotated[int, Form(ge=0, le=2**31 - 1)]
 STATUSES = (
     "new",
     "triaging",
@@ -61,6 +65,7 @@ async def staff_inbox(
     template = "inbox_rows.html" if request.headers.get("hx-request") else "inbox.html"
     cursor = f"&before={before}" if before else f"&after={after}" if after else ""
     waits, owners = row_facts(desk.db, rows.rows, desk.helpdesk.wait_target)
+    attention = await asyncio.to_thread(tickets_needing_attention, desk)
     return render(
         request,
         template,
@@ -71,6 +76,7 @@ async def staff_inbox(
         assigned=assigned,
         waits=waits,
         owners=owners,
+        attention=attention,
     )
 
 
@@ -96,6 +102,7 @@ def staff_ticket(request: Request, who: Staff, desk: DeskDep, ticket_id: Id) -> 
         draft=draft_of(desk.db, ticket_id),
         max_body=MAX_BODY,
         **helpdesk_context(desk.db, ticket_id),
+        attention=tickets_needing_attention(desk),
     )
 
 
@@ -106,16 +113,28 @@ def staff_save_draft(
     desk: DeskDep,
     ticket_id: Id,
     body: Annotated[str, Form(max_length=MAX_BODY * 4)],
+    draft_version: Version,
 ) -> Response:
-    """Save the reply draft (edited by staff); nothing is sent."""
-    save_draft(desk.db, ticket_id, body, "staff")
+    """Save the reply draft (edited by staff) over the version the editor started from
+    (0: none); nothing is sent. A draft changed meanwhile is not overwritten."""
+    save_draft(desk.db, ticket_id, body, "staff", expected_version=draft_version)
     return RedirectResponse(f"/staff/tickets/{ticket_id}#draft", status_code=303)
 
 
 @router.post("/tickets/{ticket_id}/send", response_class=HTMLResponse)
-def staff_send(request: Request, who: Staff, desk: DeskDep, ticket_id: Id) -> Response:
-    """Send the draft to the customer."""
-    send_reply(desk.db, ticket_id, who.id)
+def staff_send(
+    request: Request,
+    who: Staff,
+    desk: DeskDep,
+    ticket_id: Id,
+    ticket_version: Version,
+    draft_version: Version,
+) -> Response:
+    """Send the draft to the customer: exactly the draft version this screen showed, on
+    the ticket as it showed it; otherwise a page says what changed."""
+    send_reply(
+        desk.db, ticket_id, who.id, ticket_version=ticket_version, draft_version=draft_version
+    )
     return RedirectResponse(f"/staff/tickets/{ticket_id}", status_code=303)
 
 
@@ -146,12 +165,16 @@ def staff_decide(
     worker: WorkerDep,
     approval_id: Id,
     decision: Annotated[str, Form(pattern="^(approve|deny)$")],
-    arguments_hash: Annotated[str, Form(max_length=64)] = "",
+    arguments_hash: Annotated[str, Form(min_length=1, max_length=64)],
     typed_amount: Annotated[str, Form(max_length=32)] = "",
     reason: Annotated[str, Form(max_length=2000)] = "",
+    approve_amount: Annotated[str, Form(max_length=32)] = "",
 ) -> Response:
-    """Approve or deny; the run resumes in the background and the ticket page shows it."""
+    """Approve (the amount proposed, or the lower ``approve_amount``) or deny the call
+    whose arguments hash the screen showed; the run resumes in the background and the
+    ticket page shows it."""
     try:
+        lower = parse_amount(approve_amount) if approve_amount.strip() else None
         claimed = claim_decision(
             desk,
             approval_id,
@@ -159,7 +182,8 @@ def staff_decide(
             approve=decision == "approve",
             typed_amount=typed_amount,
             reason=reason,
-            arguments_hash=arguments_hash or None,
+            arguments_hash=arguments_hash,
+            approve_cents=lower,
         )
     except DeskError as exc:
         return render(

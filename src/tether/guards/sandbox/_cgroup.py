@@ -175,6 +175,59 @@ class CommandCgroup:
             return []
 
 
+class SessionCgroup:
+    """The cgroup of one bubblewrap session: its holder (in ``holder/``) and every command's
+    cgroup sit under it. Memory is charged to the cgroup of whoever allocates it, and a
+    command's charges move up to its parent when its cgroup is removed, so what a session
+    keeps (the work copy's pages, and the kernel memory of its files and folders) is
+    charged here, capped at ``memory.max`` where the memory controller binds."""
+
+    def __init__(self, support: CgroupSupport, limits: SandboxLimits, commands: int) -> None:
+        assert support.parent is not None
+        name = f"tether-session-{os.getpid()}-{next(_names)}-{secrets.token_hex(3)}"
+        self.path = support.parent / name
+        self.path.mkdir(mode=0o755)
+        if "memory" in support.controllers:
+            (self.path / "memory.max").write_text(str(session_memory_bytes(limits, commands)))
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / "memory.swap.max").write_text("0")
+        enabled = _enable(self.path, set(), support.controllers)
+        self.commands = CgroupSupport(
+            self.path, support.controllers & frozenset(enabled), support.reason
+        )
+        """Where the session's command cgroups are made."""
+        self.holder = self.path / "holder"
+        self.holder.mkdir(mode=0o755)
+
+    def adopt_holder(self, pid: int) -> None:
+        """Move the holder's first process (not yet forked) into ``holder/``."""
+        (self.holder / "cgroup.procs").write_text(str(pid))
+
+    async def remove(self, wait_seconds: float = 2.0) -> None:
+        """Kill what is left in the session's cgroups, then delete them."""
+        kill_folder(self.path)
+        deadline = asyncio.get_running_loop().time() + wait_seconds
+        for folder in (self.holder, self.path):
+            while True:
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # still populated, or children being removed
+                    if asyncio.get_running_loop().time() > deadline:
+                        return
+                    await asyncio.sleep(0.005)
+
+
+def session_memory_bytes(limits: SandboxLimits, commands: int) -> int:
+    """A session's memory cap: the work copy, with the kernel memory its files may pin,
+    and ``commands`` commands at once, each with its memory and its scratch space."""
+    scratch = limits.tmp_bytes + limits.shm_bytes + (1 << 20)
+    per_command = limits.memory_bytes + scratch
+    return limits.work_bytes + limits.kernel_memory_bytes(commands) + commands * per_command
+
+
 def _cgroup2_mount() -> Path | None:
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -218,14 +271,16 @@ def _subtree_controllers(parent: Path) -> set[str]:
         return set()
 
 
-def _enable(parent: Path, enabled: set[str]) -> set[str]:
+def _enable(
+    parent: Path, enabled: set[str], wanted: frozenset[str] = frozenset(CONTROLLERS)
+) -> set[str]:
     """Try to enable the wanted controllers for ``parent``'s children (explicit parents
-    only: tether's own cgroup holds tether, which the kernel forbids)."""
+    and session cgroups only: tether's own cgroup holds tether, which the kernel forbids)."""
     try:
         available = set((parent / "cgroup.controllers").read_text().split())
     except OSError:
         return enabled
-    for controller in CONTROLLERS:
+    for controller in wanted:
         if controller in available and controller not in enabled:
             with contextlib.suppress(OSError):
                 (parent / "cgroup.subtree_control").write_text(f"+{controller}")

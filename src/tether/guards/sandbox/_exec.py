@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.guards.sandbox._output import CappedText
-from tether.guards.sandbox.base import ExecResult
+from tether.guards.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult
 
 _CHUNK = 64 * 1024
 _DRAIN_GRACE_S = 1.0
@@ -105,7 +105,7 @@ class Running:
             self.transport.close()
         code = self.transport.get_returncode()
         return ExecResult(
-            exit_code=code if code is not None else -signal.SIGKILL,
+            exit_code=_exit_code(code, timed_out),
             stdout=out.text(),
             stderr=err.text(),
             timed_out=timed_out,
@@ -195,6 +195,14 @@ async def execute(
     return await running.collect(
         timeout=timeout, max_chars=max_chars, stdin=stdin, terminate=terminate, started=started
     )
+
+
+def _exit_code(code: int | None, timed_out: bool) -> int:
+    """One exit code for a timeout, whoever reports the kill (the process, or its shell as
+    128 + 9): the race between them must not show."""
+    if timed_out or code is None:
+        return TIMEOUT_EXIT_CODE
+    return code
 
 
 async def _feed(writer: asyncio.StreamWriter | None, data: bytes | None) -> None:

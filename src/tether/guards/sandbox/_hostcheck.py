@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from tether.guards.sandbox import _cgroup
+from tether.guards.sandbox._session import mount_work, scratch_script
 from tether.guards.sandbox.base import Enforcement, SandboxLimits
 
 if TYPE_CHECKING:
@@ -24,12 +25,12 @@ def enforcement(limits: SandboxLimits, cgroups: _cgroup.CgroupSupport) -> Enforc
     gib = 1 << 30
     caps = [
         f"wall time {limits.timeout_seconds:g} s",
-        f"work copy {limits.work_bytes / gib:.2g} GiB",
+        f"work copy {limits.work_bytes / gib:.2g} GiB and {limits.work_inodes:,} files",
         f"/tmp {limits.tmp_bytes >> 20} MiB",
         f"{limits.memory_bytes / gib:.2g} GiB of memory "
         + ("in total" if "memory" in bound else "per process"),
         f"{limits.max_processes} processes "
-        + ("in total" if "pids" in bound else "of the sandbox user"),
+        + ("in total" if "pids" in bound else "per command (of its user namespace)"),
     ]
     if "cpu" in bound:
         caps.append(f"{limits.cpus:g} CPUs")
@@ -58,7 +59,7 @@ def enforcement(limits: SandboxLimits, cgroups: _cgroup.CgroupSupport) -> Enforc
 def probe(box: BubblewrapSandbox) -> bool:
     """Start a holder and a command sandbox inside it, as a run does: user namespaces
     may be disabled, or not nestable, on this host."""
-    if shutil.which(box.bwrap) is None or shutil.which("nsenter") is None:
+    if any(shutil.which(name) is None for name in (box.bwrap, "nsenter", "unshare", "mount")):
         return False
     info_r, info_w = os.pipe()
     data = [os.pipe() for _ in range(2)]
@@ -70,7 +71,7 @@ def probe(box: BubblewrapSandbox) -> bool:
     holder = None
     try:
         holder = subprocess.Popen(
-            [*argv, "--", "/bin/bash", "-c", "echo ready; read -r _"],
+            [*argv, "--", "/bin/bash", "-c", f"{mount_work(box)} && echo ready; read -r _"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             pass_fds=(info_w, data[0][0], data[1][0]),
             user=box.run_as, group=box.run_as, extra_groups=extra_groups,
@@ -87,6 +88,8 @@ def probe(box: BubblewrapSandbox) -> bool:
         inner = box.sandbox_argv(seccomp_fd=None)
         done = subprocess.run(
             ["nsenter", "-t", str(pid), "--user", "--mount", "--preserve-credentials", "--",
+             "unshare", "--mount", "--propagation", "private", "--",
+             "/bin/sh", "-c", scratch_script(box.limits), "tether-scratch",
              *inner, "--", "/usr/bin/true"],
             capture_output=True, timeout=10, check=False,
             user=box.run_as, group=box.run_as, extra_groups=extra_groups,

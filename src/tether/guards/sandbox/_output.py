@@ -5,6 +5,9 @@ retitle or hide text in the trace a person reads), NUL bytes and invalid UTF-8. 
 they leave the sandbox module they become visible text: invalid UTF-8 becomes ``\\xNN``,
 and every control character except newline and tab (C0, DEL, C1, so also ESC and CR) and
 the Unicode bidirectional overrides become ``\\xNN`` or ``\\uNNNN`` escapes.
+
+Only what is kept is decoded: past the cap, bytes are counted, never decoded, so a flood
+of binary output costs the event loop a length addition per chunk.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ _ESCAPES: dict[int, str] = {
     if chr(code) not in _KEPT
 }
 _ESCAPES.update({code: f"\\u{code:04x}" for code in _BIDI})
+_INVALID: dict[int, str] = {0xDC00 + byte: f"\\x{byte:02x}" for byte in range(0x80, 0x100)}
+"""Bytes that are not UTF-8 (decoded as lone surrogates by ``surrogateescape``)."""
+_ALL_ESCAPES = {**_ESCAPES, **_INVALID}
+_MAX_UTF8 = 4
+"""One kept character comes from at most four bytes."""
 
 
 def escape_controls(text: str) -> str:
@@ -28,25 +36,51 @@ def escape_controls(text: str) -> str:
 
 class CappedText:
     """Keeps the first ``limit`` characters of a byte stream, made safe, and counts the
-    rest (characters of the escaped text)."""
+    bytes it does not show (``omitted``) without decoding them."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.kept: list[str] = []
         self.kept_chars = 0
-        self.omitted = 0
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
+        self.received = 0
+        """Bytes received."""
+        self.shown = 0
+        """Bytes whose text is kept."""
+        self.full = False
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+
+    @property
+    def omitted(self) -> int:
+        """Bytes received and not shown."""
+        return self.received - self.shown
 
     def feed(self, data: bytes, final: bool = False) -> None:
-        text = escape_controls(self._decoder.decode(data, final))
+        self.received += len(data)
+        if self.full:
+            return  # past the cap: counted only
         room = self.limit - self.kept_chars
-        if room > 0:
-            head = text[:room]
-            self.kept.append(head)
-            self.kept_chars += len(head)
-            text = text[room:]
-        self.omitted += len(text)
+        part = data[: _MAX_UTF8 * room]  # enough bytes for ``room`` characters
+        decoded = self._decoder.decode(part, final and len(part) == len(data))
+        text = decoded.translate(_ALL_ESCAPES)
+        if len(text) <= room and len(part) == len(data):
+            self._keep(text, decoded)
+            return
+        # the cap falls in this chunk: keep the characters whose escapes fit
+        used = 0
+        for count, char in enumerate(decoded):
+            size = len(_ALL_ESCAPES.get(ord(char), char))
+            if used + size > room:
+                decoded = decoded[:count]
+                break
+            used += size
+        self._keep(decoded.translate(_ALL_ESCAPES), decoded)
+        self.full = True
+
+    def _keep(self, text: str, decoded: str) -> None:
+        self.kept.append(text)
+        self.kept_chars += len(text)
+        self.shown += len(decoded.encode("utf-8", "surrogateescape"))
 
     def text(self) -> str:
         body = "".join(self.kept)
-        return f"{body}\n[{self.omitted} characters omitted]" if self.omitted else body
+        return f"{body}\n[{self.omitted} bytes omitted]" if self.omitted else body

@@ -1,47 +1,77 @@
 """The bubblewrap session: a holder that keeps the work copy, and command sandboxes
-started inside it, one made ready ahead of the next command.
+started inside it ahead of their commands.
 
-The **holder** is a bwrap with only a user and a mount namespace. Its work folder is a
-memory file system capped at ``work_bytes``, filled from a tar stream of the source. No
-command runs in it: it only keeps the copy alive between commands, and gives each
-command sandbox the folders to bind.
+The **holder** is a bwrap with only a user and a mount namespace, root in it with
+``CAP_SYS_ADMIN`` alone, so that it mounts its work folder itself: a memory file system
+capped at ``work_bytes`` and ``work_inodes`` (bwrap cannot pass ``nr_inodes``), filled
+from a tar stream of the source. No command runs in it: it only keeps the copy alive
+between commands, and gives each command sandbox the folders to bind.
 
-A **command sandbox** is entered into the holder's namespaces with ``nsenter`` and is a
-complete, fresh bubblewrap sandbox (its own user, PID, network, IPC, UTS and cgroup
-namespaces, mounts, seccomp filter): each command gets a new one, as before; only the
-copy is shared. It is started ahead of time, waits for its argv on a pipe, and when it
-gets it runs the command; its PID 1 is known (``--info-fd``) and held by a pidfd before
-the command starts, so that when the command ends (or is cancelled, or times out) its
-whole PID namespace, and its cgroup where there is one, is killed.
+A **command sandbox** is entered into the holder's namespaces with ``nsenter``, mounts
+its own capped scratch space (``/tmp``, ``/dev/shm``, ``/run``) in a mount namespace of
+its own, and is a complete, fresh bubblewrap sandbox (its own user, PID, network, IPC,
+UTS and cgroup namespaces, mounts, seccomp filter): each command gets a new one; only
+the copy is shared. It is started ahead of time, says when it is up, waits for its argv
+on a pipe, and when it gets it runs the command; its PID 1 is known (``--info-fd``) and
+held by a pidfd before the command starts, so that when the command ends (or is
+cancelled, or times out) its whole PID namespace, and its cgroup where there is one, is
+killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
+import shlex
 import signal
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tether.errors import ConfigError
-from tether.guards.sandbox._cgroup import CgroupSupport, CommandCgroup, kill_folder, own_scope_of
+from tether.guards.sandbox._aio import (
+    background,
+    data_fd,
+    read_child_pid,
+    wait_readable,
+    write_all,
+)
+from tether.guards.sandbox._cgroup import (
+    CgroupSupport,
+    CommandCgroup,
+    SessionCgroup,
+    kill_folder,
+    own_scope_of,
+)
 from tether.guards.sandbox._copy import write_tree
 from tether.guards.sandbox._exec import Running, start
 from tether.guards.sandbox._systemd import scope_argv
-from tether.guards.sandbox.base import DEFAULT_ENV, SandboxUnavailable
+from tether.guards.sandbox.base import DEFAULT_ENV, SandboxLimits, SandboxUnavailable
 
 if TYPE_CHECKING:
     from tether.guards.sandbox.bwrap import BubblewrapSandbox
 
 _KILL_WAIT_S = 5.0
+RUN_BYTES = 1 << 20
+"""What /run may hold (it shares the scratch space with /tmp and /dev/shm)."""
+SCRATCH = "/.tether-scratch"
+"""Where, in the holder, each command sandbox mounts its own /tmp, /dev/shm and /run."""
+_MOUNT_WORK = "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-work {work}"
 _HOLD = (
+    "{mount} || exit 3; cd {work} || exit 3; "
     "tar -x -f - -p --no-same-owner --delay-directory-restore <&{fd} || exit 3; "
     "exec {fd}<&-; echo ready; read -r _"
 )
-"""The holder: unpack the tree from ``fd``, say so, wait until stdin closes."""
+"""The holder: mount the capped work folder, unpack the tree from ``fd`` into it, say so,
+wait until stdin closes."""
+_SCRATCH = (
+    "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-scratch {scratch} "
+    "&& mkdir -m 1777 {scratch}/tmp {scratch}/shm {scratch}/run "
+    '&& exec "$@"'
+)
+"""Before a command sandbox's bwrap: its own capped memory file system for /tmp,
+/dev/shm and /run (bwrap cannot pass ``nr_inodes``), in a mount namespace of its own."""
 
 
 class Holder:
@@ -56,28 +86,45 @@ class Holder:
         """Descriptors of its user and mount namespaces, for ``nsenter``."""
 
     @classmethod
-    async def start(cls, box: BubblewrapSandbox) -> Holder:
+    async def start(cls, box: BubblewrapSandbox, cgroup: SessionCgroup | None = None) -> Holder:
+        """Start the holder (in ``cgroup``'s ``holder/`` before it forks, if given)."""
         info_r, info_w = os.pipe()
         tar_r, tar_w = os.pipe()
-        data = [_data_fd(text) for text in (box.passwd, box.group)]
+        data = [data_fd(text) for text in (box.passwd, box.group)]
+        child_fds = [info_w, tar_r, *data]
         argv = box.holder_argv(info_fd=info_w, passwd_fd=data[0], group_fd=data[1])
-        argv += ["--", "/bin/bash", "-c", _HOLD.format(fd=tar_r), "tether-holder"]
+        hold = _HOLD.format(mount=mount_work(box), work=shlex.quote(box.mount_point), fd=tar_r)
+        argv += ["--", "/bin/bash", "-c", hold, "tether-holder"]
+        gate_r = gate_w = -1
+        if cgroup is not None:
+            gate_r, gate_w = os.pipe()
+            child_fds.append(gate_r)
+            argv = ["/bin/bash", "-c", f'read -r _ <&{gate_r} && exec "$@"', "gate", *argv]
         try:
             running = await start(
                 argv,
                 env=DEFAULT_ENV,
-                pass_fds=(info_w, tar_r, *data),
+                pass_fds=child_fds,
                 user=box.run_as,
                 group=box.run_as,
             )
+            if cgroup is not None:
+                try:
+                    cgroup.adopt_holder(running.pid)
+                    os.write(gate_w, b"go\n")
+                except BaseException:
+                    running.kill_group()
+                    running.transport.close()
+                    raise
         finally:
-            for fd in (info_w, tar_r, *data):
-                os.close(fd)
+            for fd in (*child_fds, gate_w):
+                if fd >= 0:
+                    os.close(fd)
         try:
             copying = asyncio.to_thread(write_tree, box.source, box.ignore, tar_w)
             tar_w = -1
             copied = asyncio.ensure_future(copying)
-            pid = await _read_child_pid(info_r)
+            pid = await read_child_pid(info_r)
             pidfd = os.pidfd_open(pid)  # bwrap waits for it: not reaped, not reused
             assert running.process.stdout is not None
             line = await running.process.stdout.readline()
@@ -123,7 +170,7 @@ class Holder:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         self.running.kill_group()
-        await _wait_readable(self.pidfd, _KILL_WAIT_S)  # readable once it has exited
+        await wait_readable(self.pidfd, _KILL_WAIT_S)  # readable once it has exited
         await self.running.wait_exit(_KILL_WAIT_S)
         self.running.transport.close()
         for fd in (self.pidfd, *self.ns_fds):
@@ -135,17 +182,24 @@ class CommandSandbox:
     """One fresh command sandbox, started ahead and waiting for its argv."""
 
     def __init__(
-        self, running: Running, request_fd: int, info_fd: int, cgroup: CommandCgroup | None
+        self,
+        running: Running,
+        request_fd: int,
+        info_fd: int,
+        ready_fd: int,
+        cgroup: CommandCgroup | None,
     ) -> None:
         self.running = running
         self.cgroup = cgroup
         self._request_fd = request_fd
         self._info_fd = info_fd
+        self._ready_fd = ready_fd
         self._scoped = False
         self._pid1: asyncio.Future[int | None] = asyncio.ensure_future(self._learn_pid1())
         self._pidfd: int | None = None
         self._scope: Path | None = None
         """The systemd scope the command runs in, if any."""
+        self._killing = asyncio.Lock()
 
     @classmethod
     async def start(
@@ -153,16 +207,21 @@ class CommandSandbox:
     ) -> CommandSandbox:
         request_r, request_w = os.pipe()
         info_r, info_w = os.pipe()
-        seccomp_fd = _data_fd(box.seccomp_filter())
-        child_fds = [request_r, info_w, seccomp_fd]
+        ready_r, ready_w = os.pipe()
+        seccomp_fd = data_fd(box.seccomp_filter())
+        child_fds = [request_r, info_w, seccomp_fd, ready_w]
         cgroup = CommandCgroup(cgroups, box.limits) if cgroups.parent is not None else None
         gate_r = gate_w = -1
         if cgroup is not None:
             gate_r, gate_w = os.pipe()
             child_fds.append(gate_r)
-        boot = box.boot_script(request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds])
+        boot = box.boot_script(
+            request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds], ready_fd=ready_w
+        )
         argv = [
             *holder.nsenter_argv(),
+            "unshare", "--mount", "--propagation", "private", "--",
+            "/bin/sh", "-c", scratch_script(box.limits), "tether-scratch",
             *box.sandbox_argv(seccomp_fd=seccomp_fd, info_fd=info_w),
             "--", "/bin/bash", "-c", boot, "tether-sandbox",
         ]  # fmt: skip
@@ -182,8 +241,8 @@ class CommandSandbox:
                 cgroup.adopt(running.pid)
                 os.write(gate_w, b"go\n")
         except BaseException:
-            os.close(request_w)
-            os.close(info_r)
+            for fd in (request_w, info_r, ready_r):
+                os.close(fd)
             if cgroup is not None:
                 await cgroup.remove()
             raise
@@ -191,7 +250,7 @@ class CommandSandbox:
             for fd in (*child_fds, gate_w):
                 if fd >= 0:
                     os.close(fd)
-        sandbox = cls(running, request_w, info_r, cgroup)
+        sandbox = cls(running, request_w, info_r, ready_r, cgroup)
         sandbox._scoped = cgroups.systemd is not None
         return sandbox
 
@@ -204,11 +263,13 @@ class CommandSandbox:
         before it could take it (its stderr says why)."""
         pid1 = await self._pid1
         fd, self._request_fd = self._request_fd, -1
+        if fd < 0:  # killed meanwhile (the session was closed): nothing runs
+            return False
         if pid1 is None:
             os.close(fd)
             return False
         try:
-            await _write_all(fd, b"".join(arg.encode() + b"\0" for arg in argv))
+            await write_all(fd, b"".join(arg.encode() + b"\0" for arg in argv))
         except (BrokenPipeError, ConnectionResetError):
             return False
         finally:
@@ -219,6 +280,10 @@ class CommandSandbox:
         """Kill the sandbox's PID 1, hence its whole PID namespace, and its cgroup; wait
         until PID 1 is gone (it exits last of its namespace). The emptied cgroup is
         removed in the background, or now with ``remove_cgroup``."""
+        async with self._killing:  # the command's end and a close may both come here
+            await self._kill_all(remove_cgroup=remove_cgroup)
+
+    async def _kill_all(self, *, remove_cgroup: bool) -> None:
         if self._request_fd >= 0:
             os.close(self._request_fd)  # an unused sandbox: its boot script exits
             self._request_fd = -1
@@ -236,14 +301,14 @@ class CommandSandbox:
         if self._scope is not None:
             kill_folder(self._scope)
         if self._pidfd is not None:
-            await _wait_readable(self._pidfd, _KILL_WAIT_S)  # PID 1 exits last of its namespace
+            await wait_readable(self._pidfd, _KILL_WAIT_S)  # PID 1 exits last of its namespace
             os.close(self._pidfd)
             self._pidfd = None
         if self.cgroup is not None:
             if remove_cgroup:
                 await self.cgroup.remove()
             else:
-                _background(self.cgroup.remove())
+                background(self.cgroup.remove())
 
     async def terminate(self) -> None:
         """Timeout or cancellation: kill everything, bwrap included."""
@@ -256,21 +321,33 @@ class CommandSandbox:
         await self.terminate()
         self.running.transport.close()
 
+    async def failure(self) -> str:
+        """Why a sandbox that could not take its argv died (bwrap's words); drops it."""
+        await self.running.wait_exit(_KILL_WAIT_S)
+        said = (await _stderr(self.running)).strip()
+        await self.discard()
+        return said or f"it exited with status {self.running.transport.get_returncode()}"
+
     async def _learn_pid1(self) -> int | None:
         try:
-            pid = await _read_child_pid(self._info_fd)
-        except (OSError, ValueError):
-            return None
+            try:
+                pid = await read_child_pid(self._info_fd)
+            except (OSError, ValueError):
+                return None
+            finally:
+                self._close_info()
+            # bwrap has not reaped it (it waits for our argv): the pid is still that process
+            try:
+                self._pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return None
+            if self._scoped:
+                self._scope = own_scope_of(pid)
+            # the boot script says it is up: the sandbox is made, a command given will start
+            await wait_readable(self._ready_fd, None)
+            return pid if os.read(self._ready_fd, 1) == b"." else None
         finally:
-            self._close_info()
-        # bwrap has not reaped it (it waits for our argv): the pid is still that process
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return None
-        if self._scoped:
-            self._scope = own_scope_of(pid)
-        return pid
+            os.close(self._ready_fd)
 
     def _close_info(self) -> None:
         if self._info_fd >= 0:
@@ -278,80 +355,18 @@ class CommandSandbox:
             self._info_fd = -1
 
 
-_BACKGROUND: set[asyncio.Task[None]] = set()
+def mount_work(box: BubblewrapSandbox) -> str:
+    """The holder's command that mounts the capped work folder."""
+    limits = box.limits
+    return _MOUNT_WORK.format(
+        size=limits.work_bytes, inodes=limits.work_inodes, work=shlex.quote(box.mount_point)
+    )
 
 
-def _background(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` without waiting for it (kept referenced until it is done)."""
-    task = asyncio.ensure_future(work)
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
-
-
-async def settle() -> None:
-    """Wait for the background removals started so far (cgroups of ended commands) on
-    this event loop."""
-    loop = asyncio.get_running_loop()
-    if pending := {task for task in _BACKGROUND if task.get_loop() is loop}:
-        await asyncio.wait(pending)
-
-
-def _data_fd(data: str | bytes) -> int:
-    """A pipe's read end that holds ``data`` (at most a pipe buffer: 64 KiB)."""
-    read, write = os.pipe()
-    try:
-        os.write(write, data.encode() if isinstance(data, str) else data)
-    finally:
-        os.close(write)
-    return read
-
-
-async def _read_child_pid(fd: int) -> int:
-    """The ``child-pid`` bwrap writes to its ``--info-fd`` once the sandbox exists."""
-    buffer = b""
-    while True:
-        await _wait_readable(fd, None)
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise ValueError("bwrap ended before it reported its sandbox")
-        buffer += chunk
-        with contextlib.suppress(ValueError):
-            pid = json.loads(buffer)["child-pid"]
-            if isinstance(pid, int) and pid > 1:
-                return pid
-            raise ValueError("bwrap reported no child pid")
-
-
-async def _wait_readable(fd: int, timeout: float | None) -> None:  # noqa: ASYNC109
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(fd, _resolve, ready)
-    try:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ready, timeout)
-    finally:
-        loop.remove_reader(fd)
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    os.set_blocking(fd, False)
-    loop = asyncio.get_running_loop()
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            ready: asyncio.Future[None] = loop.create_future()
-            loop.add_writer(fd, _resolve, ready)
-            try:
-                await ready
-            finally:
-                loop.remove_writer(fd)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def scratch_script(limits: SandboxLimits) -> str:
+    """The shell script that mounts a command sandbox's capped scratch space."""
+    size = limits.tmp_bytes + limits.shm_bytes + RUN_BYTES
+    return _SCRATCH.format(size=size, inodes=limits.scratch_inodes, scratch=SCRATCH)
 
 
 async def _stderr(running: Running) -> str:
@@ -365,8 +380,10 @@ async def _stderr(running: Running) -> str:
 
 def _holder_failure(box: BubblewrapSandbox, stderr: str) -> Exception:
     if "No space left on device" in stderr or "Wrote only" in stderr:
+        limits = box.limits
         return ConfigError(
             f"the work tree does not fit in the sandbox's work space (SandboxLimits."
-            f"work_bytes = {box.limits.work_bytes:,} bytes): raise it, or ignore large folders"
+            f"work_bytes = {limits.work_bytes:,} bytes, work_inodes = {limits.work_inodes:,} "
+            "files and folders): raise them, or ignore large folders"
         )
     return SandboxUnavailable(f"bubblewrap could not create the sandbox: {stderr.strip()}")

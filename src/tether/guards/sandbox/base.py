@@ -31,6 +31,14 @@ DEFAULT_ENV: dict[str, str] = {
 """The whole environment of a sandboxed command: nothing of the host's leaks in (API keys)."""
 
 
+KERNEL_BYTES_PER_INODE = 2048
+"""Kernel memory one file, folder or link of a memory file system can cost, extended
+attributes included where a tool allows them (measured: about 1 KiB without, on Linux
+6.18; tmpfs charges attributes to the same inode budget)."""
+TIMEOUT_EXIT_CODE = -9
+"""The exit code of every command the wall timeout killed (SIGKILL), whatever the backend."""
+
+
 class SandboxUnavailable(ConfigError):
     """No backend can isolate a command here, or the chosen one cannot start."""
 
@@ -49,26 +57,42 @@ class SandboxLimits:
     file_size_bytes: int = 256 << 20
     """Largest file a process may write (RLIMIT_FSIZE)."""
     max_processes: int = 256
-    """Processes of the sandbox user (RLIMIT_NPROC, per uid), and the command's total where
-    a pids cgroup binds it."""
+    """Processes of the command (RLIMIT_NPROC, which the kernel counts per user namespace:
+    bubblewrap gives each command its own), and the command's total where a pids cgroup
+    binds it."""
     open_files: int = 1024
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     tmp_bytes: int = 256 << 20
     """Size of the in-memory /tmp."""
     shm_bytes: int = 64 << 20
-    """Size of the in-memory /dev/shm (bubblewrap)."""
+    """Size of the in-memory /dev/shm (bubblewrap: /tmp, /dev/shm and /run share one
+    memory file system of ``tmp_bytes + shm_bytes`` + 1 MiB)."""
     work_bytes: int = 1 << 30
     """Size of the work copy, tree included: bubblewrap keeps the copy in a memory file
     system of this size, so a command cannot fill the host's disk through it."""
+    work_inodes: int = 100_000
+    """Files, folders and links the work copy may hold, tree included (bubblewrap: the
+    memory file system's ``nr_inodes``; each costs the kernel about 1 KiB that
+    ``work_bytes`` does not count)."""
+    scratch_inodes: int = 10_000
+    """Files, folders and links /tmp, /dev/shm and /run may hold together (bubblewrap)."""
     cpus: float = 2.0
     """CPU time per second of wall time, in cores, where a cpu cgroup binds it."""
     max_output_chars: int = 4000
-    """Characters kept of each output stream; the rest is counted and dropped."""
+    """Characters kept of each output stream; the rest is counted in bytes and dropped."""
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"SandboxLimits.{name} must be positive")
+
+    def kernel_memory_bytes(self, commands: int = 1) -> int:
+        """The most kernel memory (slab: inodes, dentries, extended attributes) that the
+        files of a bubblewrap session can pin while ``commands`` run at once, which no
+        size cap counts: ``KERNEL_BYTES_PER_INODE`` for each inode its memory file
+        systems allow."""
+        inodes = self.work_inodes + self.scratch_inodes * commands
+        return inodes * KERNEL_BYTES_PER_INODE
 
     def ulimits(self) -> str:
         """The bash ``ulimit`` command that sets the per-process caps, soft and hard."""
@@ -109,14 +133,17 @@ class ExecResult:
     """What a sandboxed command did. Output streams are already capped."""
 
     exit_code: int
-    """The exit status; negative when the process was killed by that signal."""
+    """The exit status; negative when the process was killed by that signal, and always
+    ``TIMEOUT_EXIT_CODE`` (-9, SIGKILL) when the wall timeout killed it."""
     stdout: str
     stderr: str
     timed_out: bool = False
     """True when the wall timeout killed the command."""
     stdout_omitted: int = 0
-    """Characters of stdout dropped by the cap (the notice in ``stdout`` says it too)."""
+    """Bytes of stdout dropped by the cap, never decoded (the notice in ``stdout`` says it
+    too)."""
     stderr_omitted: int = 0
+    """Bytes of stderr dropped by the cap."""
     duration_seconds: float = 0.0
     enforcement: Enforcement | None = None
     """Which caps bound this command (None: the backend does not say)."""
@@ -169,7 +196,21 @@ def check_argv(argv: Sequence[str]) -> list[str]:
     for arg in out:
         if not isinstance(arg, str) or "\0" in arg:
             raise TypeError("every argv item must be a string without NUL bytes")
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            raise TypeError(
+                f"argv items must be valid text: {lone_surrogate(arg)} cannot be encoded"
+            ) from None
     return out
+
+
+def lone_surrogate(text: str) -> str:
+    """Where the first lone surrogate of ``text`` is, in words ("" when there is none)."""
+    for index, char in enumerate(text):
+        if 0xD800 <= ord(char) <= 0xDFFF:
+            return f"a lone surrogate (U+{ord(char):04X}) at character {index}"
+    return ""
 
 
 # --- the throwaway work copy --------------------------------------------------------------

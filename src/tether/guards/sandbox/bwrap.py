@@ -5,8 +5,9 @@ cgroup namespaces, on a read-only minimal root (``/usr`` and a few files of ``/e
 with capped in-memory ``/tmp``, ``/dev/shm`` and ``/run``, the work copy as the only
 other writable folder, no capabilities, a seccomp allowlist and per-process rlimits. The
 work copy lives for the whole session in a memory file system capped at ``work_bytes``
-(see ``_session``); each command's sandbox is made ahead of the command, and everything
-a command starts is killed when it ends. See docs/sandbox.md for why each flag is there.
+and ``work_inodes`` (see ``_session``); command sandboxes are made ahead in a pool (see
+``_pool``), every one tracked until it is gone, and everything a command starts is
+killed when it ends. See docs/sandbox.md for why each flag is there.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +23,11 @@ from typing import Self
 
 from tether.errors import ConfigError
 from tether.guards.sandbox import _cgroup, seccomp
+from tether.guards.sandbox._aio import settle
 from tether.guards.sandbox._hostcheck import enforcement
 from tether.guards.sandbox._hostcheck import probe as _probe
-from tether.guards.sandbox._session import CommandSandbox, Holder, settle
+from tether.guards.sandbox._pool import PoolClosed, SandboxPool
+from tether.guards.sandbox._session import SCRATCH, CommandSandbox, Holder
 from tether.guards.sandbox.base import (
     Enforcement,
     ExecResult,
@@ -45,9 +49,10 @@ ETC_FILES = (
     "hosts",
 )
 """The only parts of the host's /etc the sandbox sees (the loader, tool links, time zone)."""
+DEFAULT_POOL_SIZE = 4
+"""Prepared command sandboxes: a turn's parallel calls each find one ready."""
 _PASSWD = "root:x:0:0:root:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n"
 _GROUP = "root:x:0:\nnogroup:x:65534:\n"
-_RUN_BYTES = 1 << 20
 
 
 class SessionCopy:
@@ -82,8 +87,11 @@ class BubblewrapSandbox:
     cpu controller binds, ``True`` wherever one can be made (for the kill alone: the PID
     namespace kill already ends everything, and moving a process into a cgroup costs
     milliseconds), ``False`` never.
-    ``prepare=False`` starts each command's sandbox only when the command comes (slower,
-    one process fewer while idle).
+    ``pool_size`` command sandboxes are kept prepared (default: enough for a turn's
+    parallel calls), so that neither a burst nor a stream of calls waits for one to be
+    made; ``prepare=False`` makes each only when its command comes (slower, fewer
+    processes while idle). ``xattrs=True`` lets commands set extended attributes
+    (refused by default: they cost kernel memory no size cap counts).
     """
 
     name = "bubblewrap"
@@ -102,6 +110,8 @@ class BubblewrapSandbox:
         cgroup_parent: Path | str | None = None,
         cgroups: bool | None = None,
         prepare: bool = True,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        xattrs: bool = False,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.mount_point = mount_point
@@ -111,15 +121,18 @@ class BubblewrapSandbox:
         self.work = SessionCopy(Path(source) if source is not None else None, ignore, mount_point)
         self.passwd, self.group = _PASSWD, _GROUP
         self.prepare = prepare
+        self.pool_size = pool_size if prepare else 0
+        self.xattrs = xattrs
         self._cgroup_parent = Path(cgroup_parent) if cgroup_parent is not None else None
         self._use_cgroups = cgroups
         self._cgroups: _cgroup.CgroupSupport | None = None
         self._available: bool | None = None
         self._open_lock = asyncio.Lock()
+        self._epoch = 0
+        """Bumped by each close: a command begun before it never starts."""
         self._holder: Holder | None = None
-        self._ready: CommandSandbox | None = None
-        self._preparing: asyncio.Task[None] | None = None
-        self._running: set[CommandSandbox] = set()
+        self._pool: SandboxPool | None = None
+        self._session_cgroup: _cgroup.SessionCgroup | None = None
 
     @property
     def source(self) -> Path | None:
@@ -139,7 +152,7 @@ class BubblewrapSandbox:
         return self._available
 
     def seccomp_filter(self) -> bytes:
-        return seccomp.build_filter()
+        return seccomp.build_filter(xattrs=self.xattrs)
 
     @property
     def enforcement(self) -> Enforcement:
@@ -149,9 +162,12 @@ class BubblewrapSandbox:
     # --- command lines (pure) --------------------------------------------------------------
 
     def holder_argv(self, *, info_fd: int, passwd_fd: int, group_fd: int) -> list[str]:
-        """The holder's bwrap options: a user and mount namespace whose work folder is a
-        memory file system capped at ``work_bytes`` (the command follows ``--``)."""
-        args = [self.bwrap, "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+        """The holder's bwrap options: a user and mount namespace, root in it with only
+        ``CAP_SYS_ADMIN``, so that it mounts the work folder itself (a memory file system
+        capped at ``work_bytes`` and ``work_inodes``: bwrap cannot pass ``nr_inodes``);
+        the command follows ``--``."""
+        args = [self.bwrap, "--unshare-user", "--uid", "0", "--gid", "0"]
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN"]
         args += ["--die-with-parent", "--info-fd", str(info_fd)]
         args += _root_args()
         for name in ETC_FILES:
@@ -162,14 +178,12 @@ class BubblewrapSandbox:
             args += ["--ro-bind", host_path, sandbox_path]
         # what a nested bwrap needs to build a command sandbox; no command runs here
         args += ["--bind", "/proc", "/proc", "--dev-bind", "/dev", "/dev", "--dir", "/tmp"]
-        args += ["--size", str(self.limits.work_bytes), "--tmpfs", self.mount_point]
-        args += ["--chdir", self.mount_point]
+        args += ["--dir", self.mount_point, "--dir", SCRATCH]
         return args
 
     def sandbox_argv(self, *, seccomp_fd: int | None, info_fd: int | None = None) -> list[str]:
         """A command sandbox's bwrap options, as run inside the holder (the command
         follows ``--``)."""
-        limits = self.limits
         args = [self.bwrap]
         # namespaces and identity
         args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc"]
@@ -186,14 +200,13 @@ class BubblewrapSandbox:
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         for _host_path, sandbox_path in self.ro_binds:
             args += ["--ro-bind", sandbox_path, sandbox_path]
-        # every writable in-memory mount is capped; /dev itself is read-only
+        # /tmp, /dev/shm, /run: the command's own capped scratch space; /dev is read-only
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-        args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
-        args += ["--size", str(_RUN_BYTES), "--tmpfs", "/run"]
+        args += ["--bind", f"{SCRATCH}/shm", "/dev/shm", "--remount-ro", "/dev"]
+        args += ["--bind", f"{SCRATCH}/tmp", "/tmp", "--bind", f"{SCRATCH}/run", "/run"]
         # the work copy (the holder's capped memory file system); the root turns read-only
         args += ["--bind", self.mount_point, self.mount_point, "--remount-ro", "/"]
-        args += ["--chdir", self.mount_point]
+        args += ["--chdir", "/"]  # the boot script enters the work folder: see there
         return args
 
     def argv(
@@ -201,17 +214,23 @@ class BubblewrapSandbox:
     ) -> list[str]:
         """The bwrap command line that runs ``command`` in a command sandbox, as run inside
         the holder (pure; ``run()`` passes the command through a pipe instead)."""
-        script = self.limits.ulimit_script()
+        script = f"{self.enter_work()}\n{self.limits.ulimit_script()}"
         return [
             *self.sandbox_argv(seccomp_fd=seccomp_fd, info_fd=info_fd),
             "--", "/bin/bash", "-c", script, "tether-sandbox", *command,
         ]  # fmt: skip
 
-    def boot_script(self, *, request_fd: int, close_fds: Sequence[int]) -> str:
-        """What a prepared command sandbox runs: set the rlimits, close tether's
-        descriptors, wait for the argv (NUL-terminated items on ``request_fd``), exec it."""
+    def boot_script(
+        self, *, request_fd: int, close_fds: Sequence[int], ready_fd: int | None = None
+    ) -> str:
+        """What a prepared command sandbox runs: say it is up on ``ready_fd`` (so tether
+        knows a command given to it will start), enter the work folder, set the rlimits,
+        close tether's descriptors, wait for the argv (NUL-terminated items on
+        ``request_fd``), exec it."""
         closes = " ".join(f"{fd}>&-" for fd in close_fds)
+        ready = f"printf . >&{ready_fd} || exit 125\n" if ready_fd is not None else ""
         return (
+            f"{ready}{self.enter_work()}\n"
             f"{self.limits.ulimits()} || exit 125\n"
             f"exec {closes}\n"
             f"mapfile -d '' -t argv <&{request_fd} || exit 125\n"
@@ -220,22 +239,29 @@ class BubblewrapSandbox:
             'exec "${argv[@]}"\n'
         )
 
+    def enter_work(self) -> str:
+        """Enter the work folder from inside: bwrap starts in ``/``, so a command that
+        locks the work folder (``chmod 000``) cannot stop the next one from starting,
+        which is told how to undo it."""
+        work = shlex.quote(self.mount_point)
+        return (
+            f"cd -- {work} 2>/dev/null || echo 'tether: cannot enter the work folder "
+            f"{self.mount_point} (a command changed its permissions; chmod 755 "
+            f"{self.mount_point} restores them): this command runs in /' >&2"
+        )
+
     # --- life cycle ----------------------------------------------------------------------------
 
     async def open(self) -> Path:
-        """Start the session (the holder and the copy) now, else the first run does;
-        return the copy's host path."""
-        async with self._open_lock:
-            if self._holder is None:
-                source = self.work.source
-                if source is not None and not source.is_dir():
-                    raise ConfigError(f"the sandbox source {source} is not a folder")
-                if not self.available():
-                    raise SandboxUnavailable(_UNAVAILABLE)
-                self._holder = await Holder.start(self)
-                self.work.holder_pid = self._holder.pid
-                self._prepare_next()
+        """Start the session (the holder, the copy, the pool of prepared sandboxes) now,
+        else the first run does; return the copy's host path."""
+        await self._session(self._epoch)
         return self.work.path
+
+    async def prepared(self) -> None:
+        """Open the session and wait until its pool of prepared sandboxes is full."""
+        _, pool = await self._session(self._epoch)
+        await pool.filled()
 
     async def run(
         self,
@@ -247,48 +273,51 @@ class BubblewrapSandbox:
         command = check_argv(argv)
         if not self.available():
             raise SandboxUnavailable(_UNAVAILABLE)
-        await self.open()
+        epoch = self._epoch  # a close from now on refuses this command
+        holder, pool = await self._session(epoch)
         started = time.monotonic()
-        sandbox = await self._take()
-        self._running.add(sandbox)
-        try:
+        failures: list[str] = []
+        while len(failures) < _STARTS_BEFORE_RECREATE:
             try:
-                await sandbox.send(command)
-            except BaseException:
-                await asyncio.shield(sandbox.discard())
-                raise
-            result = await sandbox.running.collect(
-                timeout=timeout if timeout is not None else self.limits.timeout_seconds,
-                max_chars=self.limits.max_output_chars,
-                stdin=stdin,
-                terminate=sandbox.terminate,
-                cleanup=sandbox.kill_all,
-                started=started,
-            )
-        finally:
-            self._running.discard(sandbox)
-            self._prepare_next()
-        if result.exit_code == 1 and result.stderr.startswith(("bwrap:", "nsenter:")):
-            raise SandboxUnavailable(
-                f"bubblewrap could not create the sandbox: {result.stderr.strip()}"
-            )
-        return dataclasses.replace(result, enforcement=self.enforcement)
+                sandbox = await pool.take()
+            except PoolClosed:
+                raise SandboxUnavailable(_CLOSED) from None
+            try:
+                try:
+                    sent = await sandbox.send(command)
+                except BaseException:
+                    await asyncio.shield(sandbox.discard())
+                    raise
+                if sent:
+                    result = await sandbox.running.collect(
+                        timeout=timeout if timeout is not None else self.limits.timeout_seconds,
+                        max_chars=self.limits.max_output_chars,
+                        stdin=stdin,
+                        terminate=sandbox.terminate,
+                        cleanup=sandbox.kill_all,
+                        started=started,
+                    )
+                    return dataclasses.replace(result, enforcement=self.enforcement)
+                if pool.closed:
+                    raise SandboxUnavailable(_CLOSED)
+                failures.append(await asyncio.shield(sandbox.failure()))
+            finally:
+                pool.release(sandbox)
+        # fresh sandboxes could not be made, one after another: the session is unusable
+        await self._recreate(epoch, holder)
+        raise SandboxUnavailable(
+            f"the command did not run: its sandbox could not be made ({failures[-1]}), so "
+            f"the session was re-created from the source and the changes made in "
+            f"{self.mount_point} are lost; run the command again"
+        )
 
     async def aclose(self) -> None:
-        """Kill every command still running, drop the prepared sandbox, end the holder:
-        the work copy goes with it."""
-        holder, self._holder = self._holder, None
-        self.work.holder_pid = None
-        if self._preparing is not None:  # never cut a start short: it drops what it made
-            await asyncio.wait({self._preparing})
-            self._preparing = None
-        ready, self._ready = self._ready, None
-        if ready is not None:
-            await ready.discard()
-        for sandbox in list(self._running):
-            await sandbox.terminate()
-        if holder is not None:
-            await holder.stop()
+        """Refuse the commands not started yet, kill every command still running and
+        every prepared sandbox (those being made are waited for), end the holder: the
+        work copy goes with it. No command starts once this has returned."""
+        self._epoch += 1
+        async with self._open_lock:
+            await self._end_session()
         await settle()
 
     async def __aenter__(self) -> Self:
@@ -298,24 +327,56 @@ class BubblewrapSandbox:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # --- prepared command sandboxes -------------------------------------------------------
+    # --- the session: the holder and its pool ----------------------------------------------
 
-    async def _take(self) -> CommandSandbox:
-        preparing = self._preparing
-        if self._ready is None and preparing is not None and not preparing.done():
-            await asyncio.wait({preparing})  # one being made: quicker than a second one
-        ready, self._ready = self._ready, None
-        if ready is not None and ready.usable():
-            return ready
-        if ready is not None:
-            await ready.discard()
-        return await self._start_sandbox()
+    async def _session(self, epoch: int) -> tuple[Holder, SandboxPool]:
+        async with self._open_lock:
+            if epoch != self._epoch:
+                raise SandboxUnavailable(_CLOSED)
+            if self._holder is None or self._pool is None:
+                source = self.work.source
+                if source is not None and not source.is_dir():
+                    raise ConfigError(f"the sandbox source {source} is not a folder")
+                if not self.available():
+                    raise SandboxUnavailable(_UNAVAILABLE)
+                cgroups = self._cgroup_support()
+                grouped = None
+                if cgroups.parent is not None:  # the session is charged to one cgroup
+                    grouped = _cgroup.SessionCgroup(cgroups, self.limits, max(self.pool_size, 1))
+                    cgroups = grouped.commands
+                try:
+                    holder = await Holder.start(self, grouped)
+                except BaseException:
+                    if grouped is not None:
+                        await grouped.remove()
+                    raise
+                self._holder, self.work.holder_pid = holder, holder.pid
+                self._session_cgroup = grouped
+                self._pool = SandboxPool(
+                    lambda: CommandSandbox.start(self, holder, cgroups), self.pool_size
+                )
+                self._pool.fill()
+            return self._holder, self._pool
 
-    async def _start_sandbox(self) -> CommandSandbox:
-        holder = self._holder
-        if holder is None or not holder.alive():
-            raise SandboxUnavailable("the sandbox's session has ended: open it again")
-        return await CommandSandbox.start(self, holder, self._cgroup_support())
+    async def _recreate(self, epoch: int, holder: Holder) -> None:
+        """End the session of ``holder`` (if it is still the current one) and start a new
+        one from the source."""
+        async with self._open_lock:
+            if self._holder is holder:
+                await self._end_session()
+        await self._session(epoch)
+
+    async def _end_session(self) -> None:
+        holder, pool, grouped = self._holder, self._pool, self._session_cgroup
+        self._holder, self._pool, self.work.holder_pid = None, None, None
+        self._session_cgroup = None
+        if pool is not None:
+            await pool.close()
+        if holder is not None:
+            await holder.stop()
+        if grouped is not None:
+            await settle()  # the commands' cgroups first
+            await grouped.remove()
 
     def _cgroup_support(self) -> _cgroup.CgroupSupport:
         """Where per-command cgroups are made, found once; none when they are not used."""
@@ -328,25 +389,10 @@ class BubblewrapSandbox:
             self._cgroups = found
         return self._cgroups
 
-    def _prepare_next(self) -> None:
-        """Start the next command's sandbox in the background, if none is waiting."""
-        if not self.prepare or self._holder is None or self._ready is not None:
-            return
-        if self._preparing is not None and not self._preparing.done():
-            return
-        self._preparing = asyncio.ensure_future(self._prepare())
 
-    async def _prepare(self) -> None:
-        try:
-            sandbox = await self._start_sandbox()
-        except Exception:  # best effort: the next run starts its own, and reports the error
-            return
-        if self._holder is None or self._ready is not None:
-            await sandbox.discard()
-        else:
-            self._ready = sandbox
-
-
+_STARTS_BEFORE_RECREATE = 2
+"""Sandboxes that fail to start in a row before the session is deemed unusable."""
+_CLOSED = "the sandbox was closed before the command started: it did not run"
 _UNAVAILABLE = (
     "bubblewrap cannot isolate commands here (it, nsenter or libseccomp is missing, or user "
     "namespaces are disabled): install the Debian packages 'bubblewrap' and 'libseccomp2' "

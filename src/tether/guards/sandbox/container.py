@@ -23,6 +23,7 @@ from typing import Literal
 from tether.guards.sandbox._exec import execute
 from tether.guards.sandbox.base import (
     DEFAULT_ENV,
+    TIMEOUT_EXIT_CODE,
     Enforcement,
     ExecResult,
     SandboxLimits,
@@ -34,6 +35,8 @@ from tether.guards.sandbox.base import (
 
 Engine = Literal["docker", "podman"]
 DEFAULT_IMAGE = "debian:bookworm-slim"
+_KILLED_BY_TIMEOUT = 137
+"""What ``timeout -s KILL`` exits with when it killed the command."""
 
 
 class ContainerSandbox(WorkCopyLifecycle):
@@ -136,6 +139,10 @@ class ContainerSandbox(WorkCopyLifecycle):
             stdin=stdin,
             on_kill=remove,
         )
+        inner = max(1, round(wall))
+        if result.exit_code == _KILLED_BY_TIMEOUT and result.duration_seconds >= inner:
+            # the in-container timeout killed it: reported as tether's own timeout is
+            result = dataclasses.replace(result, exit_code=TIMEOUT_EXIT_CODE, timed_out=True)
         return dataclasses.replace(result, enforcement=self.enforcement)
 
     @property

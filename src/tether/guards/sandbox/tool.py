@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import InvalidArguments, ToolFailure
-from tether.guards.sandbox.base import Enforcement, Sandbox, SandboxLimits, SandboxUnavailable
+from tether.guards.sandbox.base import (
+    Enforcement,
+    Sandbox,
+    SandboxLimits,
+    SandboxUnavailable,
+    lone_surrogate,
+)
 from tether.guards.sandbox.bwrap import BubblewrapSandbox
 from tether.guards.sandbox.container import ContainerSandbox
 from tether.guards.sandbox.host import HostExecution
@@ -117,7 +123,13 @@ class ShellTool(Tool):
             problems.insert(0, "command: a non-empty string is required")
         elif "\0" in command:
             problems.insert(0, "command: NUL bytes are not allowed")
-        elif len(encoded := command.encode(errors="surrogatepass")) > MAX_COMMAND_BYTES:
+        elif (encoded := _utf8(command)) is None:
+            problems.insert(
+                0,
+                f"command: holds {lone_surrogate(command)}, which is not valid text; write "
+                "that character as an escape instead (for example printf '\\xff')",
+            )
+        elif len(encoded) > MAX_COMMAND_BYTES:
             problems.insert(
                 0,
                 f"command: {len(encoded):,} bytes, over the {MAX_COMMAND_BYTES:,}-byte limit; "
@@ -125,7 +137,7 @@ class ShellTool(Tool):
             )
         if problems:
             raise InvalidArguments(self.spec.name, problems)
-        assert isinstance(command, str)
+        assert isinstance(command, str) and encoded is not None
         try:
             if len(encoded) <= ARGV_COMMAND_BYTES:
                 result = await self.sandbox.run(["bash", "-c", "--", command])
@@ -139,6 +151,14 @@ class ShellTool(Tool):
                 "try a shorter or simpler command"
             ) from None
         return result.to_text()
+
+
+def _utf8(text: str) -> bytes | None:
+    """``text`` in UTF-8; None when it holds a lone surrogate (no byte sequence is it)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return None
 
 
 def shell_tool(

@@ -10,7 +10,7 @@ through the pipeline again (a durable run per round). Search: SQLite keeps FTS5 
 GIN indexes on ``to_tsvector('simple', ...)``.
 
 Revision ID: 0005
-Revises: 0002
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

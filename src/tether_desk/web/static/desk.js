@@ -17,6 +17,7 @@ function row(ev) {
   else if (ev.kind === "tool_finished") text = d.tool + (d.is_error ? " error: " : " ok: ") + d.result;
   else if (ev.kind === "approval_requested") text = "approval #" + d.approval + " requested for " + d.amount + " EUR";
   else if (ev.kind === "refused_by_desk") text = "call " + d.call_id + " refused by the desk: " + d.reason;
+  else if (ev.kind === "dropped_by_desk") text = "call " + d.call_id + " dropped by the desk: " + d.reason;
   else if (ev.kind === "decision") text = (d.approved ? "approved" : "denied") + " by staff " + (d.reason || "");
   else if (ev.kind === "run_finished") text = "outcome " + d.outcome + " (" + d.reason + ")";
   else text = JSON.stringify(d);

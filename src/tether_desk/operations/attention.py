@@ -1,0 +1,96 @@
+"""What the console shows of the durable runs: the tickets whose run needs attention
+(so a ticket never reads "being read" forever), and decisions refused when no process
+could deliver them.
+
+Both read the durable log through the console's DBOS client (``desk.runs.client``); the
+list of runs is kept a couple of seconds, so a busy inbox asks the log rarely. A plain
+desk (no durable runs) has nothing to show and refuses nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from tether_desk.errors import Conflict
+from tether_desk.models import Approval
+from tether_desk.operations.liveness import executors
+from tether_desk.operations.runs import RunRow, attention_by_ticket, get_run, list_runs
+from tether_desk.pipeline import Desk
+
+CACHE_SECONDS = 2.0
+_cache: dict[int, tuple[float, list[RunRow]]] = {}
+
+
+def durable_client(desk: Desk) -> Any | None:
+    """The console's DBOS client, if the desk is durable and connected."""
+    runs = desk.runs
+    client = getattr(runs, "_client", None)
+    return client
+
+
+def current_version(desk: Desk) -> str:
+    settings = getattr(desk.runs, "settings", None)
+    return str(getattr(settings, "application_version", "1"))
+
+
+def desk_runs(desk: Desk, *, fresh: bool = False) -> list[RunRow]:
+    """The desk's runs not yet done (kept :data:`CACHE_SECONDS`)."""
+    client = durable_client(desk)
+    if client is None:
+        return []
+    now = time.monotonic()
+    cached = _cache.get(id(desk))
+    if not fresh and cached is not None and now - cached[0] < CACHE_SECONDS:
+        return cached[1]
+    rows = list_runs(client, desk.db, current_version(desk))
+    _cache[id(desk)] = (now, rows)
+    return rows
+
+
+def forget_cache(desk: Desk) -> None:
+    """After an action on runs: the next look reads the log again."""
+    _cache.pop(id(desk), None)
+
+
+def tickets_needing_attention(desk: Desk) -> dict[int, RunRow]:
+    """Ticket id -> the run of it that cannot go on by itself."""
+    try:
+        return attention_by_ticket(desk_runs(desk))
+    except Exception:  # the log unreachable: the page still renders, without it
+        return {}
+
+
+def refuse_undeliverable(desk: Desk, approval_id: int) -> None:
+    """Raise :class:`~tether_desk.errors.Conflict` if the run waiting for this decision
+    cannot receive it: failed, stopped, or logged by a version no live process runs."""
+    client = durable_client(desk)
+    if client is None:
+        return
+    with desk.db.read() as s:
+        found = s.execute(
+            select(Approval.run_id, Approval.call_id).where(Approval.id == approval_id)
+        ).one_or_none()
+    if found is None:
+        return
+    from tether_desk.durable import wait_id
+
+    try:
+        row = get_run(client, desk.db, wait_id(found[0], found[1]), current_version(desk))
+    except Exception:
+        return  # no wait logged for it: the decision is stored and resent later
+    if row.state in ("error", "cancelled"):
+        raise Conflict(
+            "This run stopped (" + row.words + "); a decision cannot reach it. An operator "
+            "can retry it from the Runs page, then decide again."
+        )
+    if row.state == "stranded":
+        old = [e for e in executors(desk.db).values() if e.version == row.version and e.alive()]
+        if not old:
+            raise Conflict(
+                f"This run was started by version {row.version} of the desk, which no "
+                "process runs now; the decision could not be applied. An operator can "
+                "retry it under this version from the Runs page, then decide again."
+            )

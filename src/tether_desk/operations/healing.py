@@ -1,0 +1,78 @@
+"""Faults that heal by themselves.
+
+* Inside a step, a transient database error (locked, disk full, I/O error, connection
+  lost) is retried with exponential backoff
+  (:func:`tether_desk.operations.transient.retry_transient`) before the step
+  fails: a step body runs again to the same effect (see :mod:`tether_desk.durable.flow`).
+* A run that failed on such an error anyway, or that a failed write of the durable log
+  left pending with no execution in this process, is resumed once the fault clears
+  (:class:`Healer`, run every few seconds by each process that runs tickets): no restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
+from tether_desk.operations import runs as ops
+from tether_desk.operations.transient import is_transient
+
+log = logging.getLogger("tether_desk")
+NAMES = [TICKET_WORKFLOW, APPROVAL_WORKFLOW]
+MAX_RETRIES = 5
+"""A run that fails on a transient error this many times is left to an operator (it
+shows as ERROR, needing attention)."""
+
+
+def _active_here() -> set[str]:
+    """The workflows executing in this process now (DBOS's own registry)."""
+    from dbos._dbos import _dbos_global_instance
+
+    if _dbos_global_instance is None:
+        return set()
+    return set(_dbos_global_instance._active_workflows_set.activeList())
+
+
+class Healer:
+    """Resumes this executor's runs that a cleared fault left behind (see the module doc).
+    A pending run must be seen without an execution twice in a row before it is resumed
+    (one just taken from the queue is registered a moment after its status changes)."""
+
+    def __init__(self, client: Any, db: Any, executor_id: str, version: str) -> None:
+        self.client = client
+        self.db = db
+        self.executor_id = executor_id
+        self.version = version
+        self._suspects: set[str] = set()
+        self._retried: Counter[str] = Counter()
+
+    def heal(self) -> list[str]:
+        """One pass; returns what it resumed."""
+        healed = []
+        failed = self.client.list_workflows(
+            name=NAMES, status="ERROR", app_version=self.version, load_input=False
+        )
+        for w in failed:
+            if is_transient(w.error) and self._retried[w.workflow_id] < MAX_RETRIES:
+                self._retried[w.workflow_id] += 1
+                said = ops.retry(self.client, self.db, w.workflow_id, self.version)
+                log.warning("healed after a transient fault: %s", said)
+                healed.append(w.workflow_id)
+        pending = self.client.list_workflows(
+            name=NAMES,
+            status="PENDING",
+            executor_id=self.executor_id,
+            app_version=self.version,
+            load_input=False,
+            load_output=False,
+        )
+        active = _active_here()
+        orphans = {w.workflow_id: w for w in pending if w.workflow_id not in active}
+        for wid in self._suspects & orphans.keys():
+            self.client.resume_workflow(wid, queue_name=orphans[wid].queue_name)
+            log.warning("resumed %s, left pending with no execution by a fault", wid)
+            healed.append(wid)
+        self._suspects = set(orphans) - set(healed)
+        return healed

@@ -1,0 +1,67 @@
+"""Durable desks for the operator's tests: runs stopped half way, statuses, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from helpers import ticket_id_by_order
+from sqlalchemy import select
+
+from tether_desk.db import Database
+from tether_desk.durable import DurableDesk, DurableSettings
+from tether_desk.models import Ticket
+from tether_desk.pipeline import Desk
+
+
+def durable(desk: Desk, *, version: str = "1", block_at: str | None = None) -> DurableDesk:
+    """The desk's durable runs in this process; ``block_at``: a boundary where every
+    ticket stops for good (until the process stops DBOS)."""
+
+    async def boundary(name: str, _ticket: int) -> None:
+        if name == block_at:
+            await asyncio.Event().wait()
+
+    settings = DurableSettings(poll_seconds=0.05, application_version=version)
+    return DurableDesk(desk, settings, boundary=boundary if block_at else None)
+
+
+def status(db: Database, ticket_id: int) -> str:
+    with db.read_connection() as c:
+        return str(c.scalar(select(Ticket.status).where(Ticket.id == ticket_id)))
+
+
+async def until(check: object, seconds: float = 60) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("not in time")
+
+
+def log_path(desk: Desk) -> Path:
+    return Path(desk.db.url.split("///", 1)[1]).with_suffix(".runs.db")
+
+
+async def stuck_in_triage(desk: Desk) -> int:
+    """A refund ticket whose workflow stopped (DBOS shut down) half way through triage."""
+    ticket = ticket_id_by_order(desk.db, "C-2210")
+    runs = durable(desk, block_at="triage.before")
+    await runs.start()
+    await runs.submit(ticket)
+    await until(lambda: status(desk.db, ticket) == "triaging")
+    await asyncio.sleep(0.3)
+    await runs.stop()
+    return ticket
+
+
+async def wait_under(desk: Desk, version: str, tickets: list[int]) -> None:
+    """Run ``tickets`` under application ``version`` until each waits for its approval,
+    then stop (their waits stay pending under that version)."""
+    runs = durable(desk, version=version)
+    await runs.start()
+    for t in tickets:
+        await runs.submit(t)
+    for t in tickets:
+        await until(lambda t=t: status(desk.db, t) == "awaiting_approval")  # type: ignore[misc]
+    await runs.stop()

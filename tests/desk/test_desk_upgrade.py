@@ -1,0 +1,111 @@
+"""The upgrade runbook of docs/durable.md, end to end on SQLite and PostgreSQL: approvals wait under
+version 0 when the code moves to version 1. The new process says so in one line at
+start; one run is drained with the old code, the other retried under the new version;
+both decisions apply once, and no decision is accepted that no process could apply."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from durable_ops import durable, status, until, wait_under
+from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
+from typer.testing import CliRunner
+
+from tether_desk.db import Database
+from tether_desk.decisions import claim_decision, resume
+from tether_desk.errors import Conflict
+from tether_desk.money import format_cents
+from tether_desk.operations.runs_cli import runs_app
+from tether_desk.pipeline import Desk
+from tether_desk.scripted import DeskScriptedModel
+from tether_desk.seed import seed
+
+TETHER = [sys.executable, "-c", "from tether.cli import main; main()"]
+
+
+async def decide(desk: Desk, version: str, ticket: int) -> None:
+    """Approve ``ticket``'s refund on a process of ``version`` and wait for its draft."""
+    runs = durable(desk, version=version)
+    await runs.start()
+    try:
+        approval = pending_approval(desk.db, ticket)
+        assert approval is not None
+        typed = format_cents(approval.amount_cents)
+        claimed = claim_decision(
+            desk, approval.id, staff_id(desk.db), approve=True, typed_amount=typed
+        )
+        await resume(desk, claimed)
+        await until(lambda: status(desk.db, ticket) == "draft_ready")
+    finally:
+        await runs.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def desk_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "desk.db")
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(desk_url: str) -> None:
+    db = Database(desk_url)
+    db.migrate()
+    seed(db)
+    desk = Desk(db, DeskScriptedModel())
+    drained = ticket_id_by_order(db, "C-2210")
+    retried = ticket_id_by_order(db, "C-1042")
+    asyncio.run(wait_under(desk, "0", [drained, retried]))
+
+    # 1. the new version starts and says what waits
+    worker = subprocess.Popen(
+        [*TETHER, "worker", "--id", "w-1", "--db", desk_url, "--model", "scripted"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert worker.stdout is not None
+    lines = []
+    for line in worker.stdout:
+        lines.append(line)
+        if "taking tickets" in line:
+            break
+    worker.terminate()
+    out = "".join(lines) + worker.communicate(timeout=60)[0]
+    assert worker.returncode == 0, out
+    said = [line for line in out.splitlines() if line.startswith("upgrade:")]
+    assert len(said) == 1, out
+    assert "2 of version 0" in said[0] and "this is version 1" in said[0]
+    assert "tether runs retry --stranded" in said[0]
+
+    # the console of version 1 refuses a decision no process of version 0 would apply
+    runs = durable(desk, version="1")
+    asyncio.run(runs.start())
+    try:
+        approval = pending_approval(db, drained)
+        assert approval is not None
+        with pytest.raises(Conflict, match="version 0 of the desk, which no process runs"):
+            claim_decision(desk, approval.id, staff_id(db), approve=True)
+    finally:
+        asyncio.run(runs.stop())
+
+    # 2. drain: the old code decides and finishes its run
+    asyncio.run(decide(desk, "0", drained))
+
+    # 3. retry: the rest is marked for a re-run under the new version
+    listed = CliRunner().invoke(runs_app, ["list", "--db", desk_url])
+    assert listed.exit_code == 0, listed.output
+    assert "stranded by a version change" in listed.output and f"ticket {retried}" in listed.output
+    result = CliRunner().invoke(runs_app, ["retry", "--stranded", "--db", desk_url])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("under version 1") == 1, result.output
+    asyncio.run(decide(desk, "1", retried))
+
+    listed = CliRunner().invoke(runs_app, ["list", "--db", desk_url])
+    assert "no runs in progress." in listed.output, listed.output
+    assert refunds_by_order(db) == {"C-2210": 1200, "C-1042": 8990}
+    db.dispose()
