@@ -198,6 +198,7 @@ def customer_reply(
             update(Ticket)
             .where(Ticket.id == ticket_id)
             .values(status="new", reply=None, replied_at=None, round=Ticket.round + 1)
+            .values(version=Ticket.version + 1)
             .values(updated_at=utcnow())
         )
     return True
