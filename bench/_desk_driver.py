@@ -190,6 +190,11 @@ def main() -> None:
     command = sys.argv[1]
     if command == "pipeline":
         print(json.dumps(asyncio.run(pipeline(int(sys.argv[2]), sys.argv[3]))))
+    elif command == "durable":
+        from _desk_durable import durable
+
+        n, mode = int(sys.argv[2]), sys.argv[3]
+        print(json.dumps(asyncio.run(durable(n, mode, WARMUP, add_orders))))
     elif command == "inbox-db":
         inbox_db(sys.argv[2], int(sys.argv[3]))
         print("{}")
