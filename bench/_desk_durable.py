@@ -80,9 +80,9 @@ async def _console(desk: Desk, staff: int, tickets: set[int]) -> None:
     """Approve what waits, send what is drafted, until every ticket is answered."""
     db = desk.db
     replied: set[int] = set()
+    if desk.runs is not None:  # the console's worker, kicked as the tickets open
+        await desk.runs.submit_new()
     while not tickets <= replied:
-        if desk.runs is not None:
-            await desk.runs.submit_new()
         with db.read_connection() as c:
             waiting = c.scalars(_PENDING).all()
         for approval in waiting:

@@ -132,7 +132,7 @@ async def desk_overhead(workdir: Path, tickets: int = 60) -> dict[str, float]:
     db, ids, staff = desk_db(sqlite_url(workdir / "durable.db"), tickets)
     plain = Desk(plain_db, DeskScriptedModel())
     desk = Desk(db, DeskScriptedModel())
-    runs = DurableDesk(desk, DurableSettings(poll_seconds=POLL_SECONDS))
+    runs = DurableDesk(desk, DurableSettings(wait_poll_seconds=POLL_SECONDS))
     await runs.start()
     plain_times, durable_times, steps = [], [], 0
     try:
