@@ -4,9 +4,9 @@
 pipeline's pieces (:mod:`tether_desk.pipeline`) as steps: the triage (the claim, the
 model call and its record, in one step), the refund agent (each model request, tool call
 and custom ruling a step, through :func:`tether.durable.make_durable`), the desk's
-screening of proposals, and the draft. Step outputs are logged; after a crash the workflow runs again from the
-start, every logged step returns its result without running, and the ticket carries on
-from the first step that was not logged.
+screening of proposals, and the draft. Step outputs are logged; after a crash the
+workflow runs again from the start, every logged step returns its result without
+running, and the ticket carries on from the first step that was not logged.
 
 A refund that needs a person does not hold a place in the queue while it waits (a
 night, maybe): the ticket's workflow starts ``tether_desk.approval`` for the waiting call,
