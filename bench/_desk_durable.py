@@ -184,3 +184,42 @@ def group(stats: pstats.Stats) -> dict[str, float]:
     out.pop("idle", None)
     total = sum(out.values()) or 1.0
     return {k: v / total for k, v in out.items()}
+
+
+async def flow(path: str, n: int, add_orders: Any) -> dict[str, Any]:
+    """Open ``n`` refund tickets in the desk at ``path`` (which ``tether serve`` runs),
+    then play the console's staff from this process: approve each refund as soon as it
+    waits (the decision goes to the run through the durable log), until every ticket has
+    its draft. Returns the seconds from the first ticket opened to the last draft."""
+    from sqlalchemy import func
+
+    from tether_desk.durable import DurableDesk, DurableSettings
+
+    db = Database(sqlite_url(path))
+    customer, numbers = add_orders(db, n)
+    with db.read() as s:
+        staff = int(s.scalar(select(Staff.id)) or 0)
+    desk = Desk(db, DeskScriptedModel())
+    runs = DurableDesk(desk, DurableSettings(), process=False)
+    await runs.start()
+    drafted = select(func.count(Ticket.id)).where(Ticket.status == "draft_ready")
+    try:
+        with db.read_connection() as c:
+            before = int(c.scalar(drafted) or 0)
+        t0 = time.perf_counter()
+        for number in numbers:
+            open_ticket(db, customer, number, "Colis abime", TEXT)
+        while True:
+            with db.read_connection() as c:
+                waiting = c.scalars(_PENDING).all()
+                done = int(c.scalar(drafted) or 0) - before
+            for approval in waiting:
+                await resume(desk, claim_decision(desk, approval, staff, approve=True))
+            if done >= n:
+                break
+            await asyncio.sleep(CONSOLE_EVERY * 5)
+        seconds = time.perf_counter() - t0
+    finally:
+        await runs.stop()
+        db.dispose()
+    return {"n": n, "seconds": seconds}
