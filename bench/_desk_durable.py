@@ -34,7 +34,7 @@ from tether_desk.seed import seed
 from tether_desk.tickets import open_ticket, send_reply
 
 TEXT = "Le colis est arrive abime, merci de me rembourser 20 EUR."
-CONSOLE_EVERY = 0.02
+CONSOLE_EVERY = 0.05
 """Seconds between two looks of the console's side at waiting approvals and drafts."""
 
 _PENDING = select(Approval.id).where(Approval.status == "pending")
@@ -217,7 +217,7 @@ async def flow(path: str, n: int, add_orders: Any) -> dict[str, Any]:
                 await resume(desk, claim_decision(desk, approval, staff, approve=True))
             if done >= n:
                 break
-            await asyncio.sleep(CONSOLE_EVERY * 5)
+            await asyncio.sleep(CONSOLE_EVERY * 2)
         seconds = time.perf_counter() - t0
     finally:
         await runs.stop()

@@ -456,7 +456,7 @@ The durable pipeline: each round opens {TICKETS // ROUNDS} refund tickets at onc
 fresh desk whose `DurableDesk` runs with `tether serve`'s default settings (queue polled
 every 0.1 s, 8 tickets at a time, waits for decisions polled every 1 s on SQLite); the
 console's side, in the same process, hands them to the queue, approves each refund as it
-waits and sends each draft (every 20 ms). CPU per ticket is the process's CPU time over
+waits and sends each draft (every 50 ms). CPU per ticket is the process's CPU time over
 the batch divided by its tickets: DBOS's threads, the workflows and the console's side,
 polling included; the shares come from one more batch of 100 with a profiler in every
 thread counting thread CPU time. Each round (plain, then durable; load average at its
