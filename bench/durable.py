@@ -251,6 +251,19 @@ def main() -> None:
     write_section("durable", report(args, agent, desk, pairs, kill, load))
 
 
+def crowded(load: float) -> str:
+    """What a load above the machine's cores does to the two-worker ratio."""
+    if load <= (os.cpu_count() or 1):
+        return ""
+    return (
+        f" With a load average up to {load:.0f} on {os.cpu_count()} cores, the kernel"
+        " shares the CPU by runnable process: two worker processes get about twice the"
+        " share of one, so the ratio says as much about the neighbours as about the"
+        " workers (a lone worker then used well under a core); the CPU per ticket is"
+        " the steadier figure."
+    )
+
+
 def report(
     args: argparse.Namespace,
     agent: dict[str, float],
@@ -353,7 +366,7 @@ taking C tickets at a time from the queue
 tops out near C / 0.3 s (the three model calls before the approval; a ticket waiting
 for its approval does not hold a place: it waits in a workflow of its own). The CPU
 columns say when the machine, not the model, sets the pace: two cores shared by both
-workers, PostgreSQL, this process and the load named above. The desk's
+workers, PostgreSQL, this process and the load named above.{crowded(max(load))} The desk's
 per-step figure includes the wake-up of the approval's wait on SQLite, which polls every
 {POLL_SECONDS * 1000:.0f} ms here (1 s by default; PostgreSQL notifies at once).
 """
