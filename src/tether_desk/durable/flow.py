@@ -179,14 +179,14 @@ class Flow:
 
     async def ticket(self, ticket_id: int) -> str:
         self.ticket_id = ticket_id
-        triaged = await self._triage(ticket_id)
-        if "status" in triaged:  # not a new ticket (processed by the plain pipeline)
-            status: str = triaged["status"]
-            return status
-        self.desk.changed(ticket_id)
-        scope = TicketScope(**triaged["scope"])
-        category = triaged["category"]
         try:
+            triaged = await self._triage(ticket_id)
+            if "status" in triaged:  # not a new ticket (processed by the plain pipeline)
+                status: str = triaged["status"]
+                return status
+            self.desk.changed(ticket_id)
+            scope = TicketScope(**triaged["scope"])
+            category = triaged["category"]
             if category == "tracking":
                 await self.effect("answer", _answer_tracking, self.db, scope)
                 outcome = "answered"
