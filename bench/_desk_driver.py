@@ -2,6 +2,8 @@
 path gives (this tree, or another revision's ``src`` for the comparison). Prints JSON.
 
     python bench/_desk_driver.py pipeline N time|count|profile
+    python bench/_desk_driver.py durable N time|profile
+    python bench/_desk_driver.py flow PATH N
     python bench/_desk_driver.py inbox-db PATH N
 
 Only the desk's public functions are used, so any revision since the desk landed runs it.
@@ -190,6 +192,15 @@ def main() -> None:
     command = sys.argv[1]
     if command == "pipeline":
         print(json.dumps(asyncio.run(pipeline(int(sys.argv[2]), sys.argv[3]))))
+    elif command == "durable":
+        from _desk_durable import durable
+
+        n, mode = int(sys.argv[2]), sys.argv[3]
+        print(json.dumps(asyncio.run(durable(n, mode, WARMUP, add_orders))))
+    elif command == "flow":
+        from _desk_durable import flow
+
+        print(json.dumps(asyncio.run(flow(sys.argv[2], int(sys.argv[3]), add_orders))))
     elif command == "inbox-db":
         inbox_db(sys.argv[2], int(sys.argv[3]))
         print("{}")

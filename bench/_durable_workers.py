@@ -125,21 +125,44 @@ class Phase:
         return len(per_ticket), sum(1 for _, n in per_ticket if n > 1)
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process, of its children still running, and of the children it has
+    reaped (PostgreSQL's postmaster and its backends)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid:
+            total += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+        elif int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 async def throughput(
-    url: str, tickets: int, workdir: Path, workers: int, c: int
+    url: str, tickets: int, workdir: Path, workers: int, c: int, server_pid: int | None = None
 ) -> dict[str, float]:
-    """Tickets per second, and CPU milliseconds per ticket in the workers and here."""
+    """Tickets per second, and CPU milliseconds per ticket in the workers, in this process
+    (the console's side) and in PostgreSQL (``server_pid``: its postmaster, if known)."""
     phase = Phase(url, tickets, workdir, c)
     await phase.runs.start()
+    pg = (lambda: tree_cpu_seconds(server_pid)) if server_pid else (lambda: 0.0)
     try:
         for n in range(workers):
             phase.start(f"w{n}")
         t, cpu, console = time.perf_counter(), phase.cpu_seconds(), time.process_time()
+        pg0 = pg()
         await phase.runs.submit_new()
         await phase.until(tickets)
         seconds = time.perf_counter() - t
         cpu = phase.cpu_seconds() - cpu
         console = time.process_time() - console
+        pg_cpu = pg() - pg0
     finally:
         await phase.runs.stop()
         refunded, twice = phase.close()
@@ -148,6 +171,8 @@ async def throughput(
         "per_s": tickets / seconds,
         "worker_cpu_ms": cpu / tickets * 1000,
         "console_cpu_ms": console / tickets * 1000,
+        "postgres_cpu_ms": pg_cpu / tickets * 1000 if server_pid else float("nan"),
+        "seconds": seconds,
     }
 
 

@@ -5,18 +5,25 @@
    ledger -> draft -> sent), one after another: tickets per second, p50/p95 per ticket
    (wall and CPU), statements and transactions per ticket, and where the time goes (a
    profiled pass: tether's runtime, the desk, SQLAlchemy, the SQLite driver).
+   The same tickets **durably**, as ``tether serve`` runs them by default (a
+   ``DurableDesk`` on SQLite, its queue and workflows in the process, the console's side
+   in the same process approving each refund as it waits and sending each draft), in
+   batches interleaved with the plain ones: tickets per second, CPU per ticket (the whole
+   process over the batch) and its ratio to the plain pipeline's, where the CPU goes.
 2. **Inbox**: ``tether serve`` on a database of 10,000 tickets; 50 clients, each logged in
    as staff on its own keep-alive connection, ask inbox pages back to back (each asks its
    next page as soon as the last one arrives): p50/p95, pages per second, and the CPU time
-   per page of the server and of the clients.
+   per page of the server and of the clients. Then the same while 1,000 refund tickets
+   run through the server's durable queue (a console process approving them).
 
 ``--against REV`` runs the same measures on another revision's desk (its ``src`` exported
 with ``git archive``) in the same run, interleaved round by round with this tree's, so the
 machine's load falls on both alike: the table then has a *before* column.
 
-Targets (issue 13): >= 100 tickets/s; <= 10 ms framework + database per ticket at p50;
-inbox p95 <= 100 ms. The model is scripted, so the pipeline's time is the framework's and
-the database's. Results go to docs/benchmarks.md (section ``desk``).
+Targets: plain >= 100 tickets/s, <= 10 ms framework + database per ticket at p50; durable
+>= 50 tickets/s, CPU per ticket <= 2x plain; inbox p95 <= 100 ms, also while tickets
+flow. The model is scripted, so the pipeline's time is the framework's and the
+database's. Results go to docs/benchmarks.md (section ``desk``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ INBOX_TICKETS = 10_000
 CLIENTS = 50
 REQUESTS_PER_CLIENT = 40
 INBOX_ROUNDS = 3
+FLOW = 1_000
 
 
 def pct(values: list[float], q: float) -> float:
@@ -72,32 +80,51 @@ def driver(src: Path | None, *args: object) -> dict[str, Any]:
     return result
 
 
-def pipeline(sides: dict[str, Path | None]) -> dict[str, dict[str, Any]]:
-    """Each side's timed batches, interleaved round by round, then its counts and profile."""
+def pipeline(sides: dict[str, Path | None]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each side's timed batches, plain and durable, interleaved round by round, then its
+    counts and profiles; and each round's figures with the load average at its start."""
     timed: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in sides}
     seconds = dict.fromkeys(sides, 0.0)
+    durable: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
+    rounds: list[str] = []
     for r in range(ROUNDS):
         for name, src in sides.items():
+            load = os.getloadavg()[0]
             got = driver(src, "pipeline", TICKETS // ROUNDS, "time")
             timed[name]["wall"] += got["wall"]
             timed[name]["cpu"] += got["cpu"]
             seconds[name] += got["seconds"]
-            print(f"pipeline round {r + 1}/{ROUNDS} {name}: {got['n'] / got['seconds']:.0f}/s")
+            d = driver(src, "durable", TICKETS // ROUNDS, "time")
+            durable[name].append(d)
+            line = (
+                f"{name} round {r + 1}, load {load:.1f}: plain {got['n'] / got['seconds']:.0f}"
+                f"/s {sum(got['cpu']) / got['n'] * 1000:.1f} ms CPU, durable "
+                f"{d['n'] / d['seconds']:.0f}/s {d['cpu_ms']:.1f} ms CPU"
+            )
+            rounds.append(line)
+            print(line)
     out: dict[str, dict[str, Any]] = {}
     for name, src in sides.items():
         wall, cpu = timed[name]["wall"], timed[name]["cpu"]
         counts = driver(src, "pipeline", 200, "count")
         shares = driver(src, "pipeline", 200, "profile")["shares"]
+        runs = durable[name]
+        n = sum(d["n"] for d in runs)
         out[name] = {
             "tickets_per_s": len(wall) / seconds[name],
             "p50_ms": pct(wall, 0.5) * 1000,
             "p95_ms": pct(wall, 0.95) * 1000,
             "cpu_p50_ms": pct(cpu, 0.5) * 1000,
+            "cpu_mean_ms": sum(cpu) / len(cpu) * 1000,
             "statements": counts["statements"],
             "transactions": counts["transactions"],
             "shares": shares,
+            "durable_per_s": n / sum(d["seconds"] for d in runs),
+            "durable_cpu_ms": sum(d["cpu_ms"] * d["n"] for d in runs) / n,
+            "durable_shares": driver(src, "durable", 100, "profile")["shares"],
         }
-    return out
+        out[name]["durable_ratio"] = out[name]["durable_cpu_ms"] / out[name]["cpu_mean_ms"]
+    return out, rounds
 
 
 class Client:
@@ -223,6 +250,55 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> tuple[dict[str, dict[str,
     return out, rounds
 
 
+async def inbox_flowing(tmp: Path) -> dict[str, Any]:
+    """The inbox while FLOW refund tickets run through `tether serve`'s durable queue:
+    the clients ask pages back to back until a console process (the driver's ``flow``)
+    has opened the tickets and approved every refund and every ticket has its draft."""
+    db = tmp / "inbox-flow.db"
+    driver(None, "inbox-db", db, INBOX_TICKETS)
+    latencies: list[float] = []
+    with serve(str(db), model="scripted") as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        cookie = await login(served.url)
+        clients = [Client(port, cookie) for _ in range(CLIENTS)]
+        for c in clients:
+            await c.open()
+            await c.get("/staff/inbox")
+        console = await asyncio.create_subprocess_exec(
+            sys.executable, str(DRIVER), "flow", str(db), str(FLOW),
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        flowing = asyncio.ensure_future(console.communicate())
+        server0 = cpu_seconds(served.process.pid)
+        t0 = time.perf_counter()
+
+        async def ask(n: int, c: Client) -> None:
+            i = 0
+            while not flowing.done():
+                t = time.perf_counter()
+                status, body = await c.get(f"/staff/inbox?page={1 + (n * 7 + i) % 400}")
+                latencies.append(time.perf_counter() - t)
+                assert status == 200 and b"<table" in body, status  # new tickets come first
+                i += 1
+
+        await asyncio.gather(*(ask(n, c) for n, c in enumerate(clients)))
+        wall = time.perf_counter() - t0
+        server = cpu_seconds(served.process.pid) - server0
+        out, _ = await flowing
+        for c in clients:
+            c.close()
+    done = json.loads(out.decode().strip().splitlines()[-1])
+    return {
+        "p50_ms": pct(latencies, 0.5) * 1000,
+        "p95_ms": pct(latencies, 0.95) * 1000,
+        "pages": len(latencies),
+        "pages_per_s": len(latencies) / wall,
+        "tickets_per_s": done["n"] / done["seconds"],
+        "seconds": done["seconds"],
+        "server_cpu_s": server,
+    }
+
+
 def export(rev: str, into: Path) -> Path:
     """``rev``'s src, exported with git archive."""
     archive = into / "rev.tar"
@@ -243,6 +319,14 @@ ROWS = (
     ("per ticket, CPU time of the process, p50", "{:.1f} ms", "p", "cpu_p50_ms", "", None),
     ("statements per ticket (BEGIN not counted)", "{:.0f}", "p", "statements", "", None),
     ("transactions begun per ticket", "{:.0f}", "p", "transactions", "", None),
+    ("plain: CPU per ticket, mean (the ratio's base)", "{:.1f} ms", "p", "cpu_mean_ms", "", None),
+    (f"**durable** (`tether serve`'s default: SQLite, the queue in the process), {TICKETS:,} "
+     "refund tickets in batches, end to end", "{:.0f} tickets/s", "p", "durable_per_s", ">= 50",
+     lambda v: v >= 50),
+    ("durable: CPU per ticket (the whole process over a batch)", "{:.1f} ms", "p",
+     "durable_cpu_ms", "", None),
+    ("durable CPU / plain CPU, per ticket", "{:.1f}x", "p", "durable_ratio", "<= 2x",
+     lambda v: v <= 2),
     (f"inbox page, {INBOX_TICKETS:,} tickets, {CLIENTS} clients back to back, p50", "{:.1f} ms",
      "i", "p50_ms", "", None),
     ("the same, p95", "{:.1f} ms", "i", "p95_ms", "<= 100 ms", lambda v: v <= 100),
@@ -256,10 +340,25 @@ WORKER_ROWS = (
     ("pages per second", "{:.0f}", "pages_per_s", "", None),
     ("server CPU per page (both processes)", "{:.2f} ms", "server_cpu_ms", "", None),
 )
+FLOW_ROWS = (
+    (f"inbox page while {FLOW:,} tickets run durably through `tether serve`, p50", "{:.1f} ms",
+     "p50_ms", "", None),
+    ("the same, p95", "{:.1f} ms", "p95_ms", "<= 100 ms", lambda v: v <= 100),
+    ("tickets through the durable queue meanwhile (opened to draft)", "{:.0f} tickets/s",
+     "tickets_per_s", "", None),
+    ("pages served meanwhile", "{:.0f}", "pages", "", None),
+)  # fmt: skip
 SHARES = ("tether", "desk", "SQLAlchemy", "SQLite driver", "pydantic", "worker threads", "other")
+DURABLE_SHARES = ("DBOS", "SQLAlchemy", "SQLite driver", "desk", "tether", "asyncio", "threads",
+                  "json", "other")  # fmt: skip
 
 
-def table(p: dict[str, dict[str, Any]], i: dict[str, dict[str, Any]], before: str | None) -> str:
+def table(
+    p: dict[str, dict[str, Any]],
+    i: dict[str, dict[str, Any]],
+    f: dict[str, Any],
+    before: str | None,
+) -> str:
     """The results (and the before column), then where the pipeline's time goes."""
     sides = ["before", "after"] if before else ["after"]
     sections = {"p": p, "i": i}
@@ -278,10 +377,20 @@ def table(p: dict[str, dict[str, Any]], i: dict[str, dict[str, Any]], before: st
         cells = " | ".join([*none, fmt.format(i["workers"][key])])
         verdict = "" if ok is None else "met" if ok(i["workers"][key]) else "**missed**"
         lines.append(f"| {label} | {cells} | {target} | {verdict} |")
-    lines += ["", "| where the pipeline's time goes | " + " | ".join(sides) + " |"]
+    for label, fmt, key, target, ok in FLOW_ROWS:
+        none = ["(not measured)"] * (len(sides) - 1)
+        cells = " | ".join([*none, fmt.format(f[key])])
+        verdict = "" if ok is None else "met" if ok(f[key]) else "**missed**"
+        lines.append(f"| {label} | {cells} | {target} | {verdict} |")
+    lines += ["", "| where the plain pipeline's time goes | " + " | ".join(sides) + " |"]
     lines.append("|---|" + "---|" * len(sides))
     for k in SHARES:
         cells = " | ".join(f"{p[s]['shares'].get(k, 0.0):.0%}" for s in sides)
+        lines.append(f"| {k} | {cells} |")
+    lines += ["", "| where the durable pipeline's CPU goes | " + " | ".join(sides) + " |"]
+    lines.append("|---|" + "---|" * len(sides))
+    for k in DURABLE_SHARES:
+        cells = " | ".join(f"{p[s]['durable_shares'].get(k, 0.0):.0%}" for s in sides)
         lines.append(f"| {k} | {cells} |")
     return "\n".join(lines)
 
@@ -296,10 +405,12 @@ def main() -> None:
             sides["before"] = export(args.against, Path(tmp))
         sides["after"] = None
         load0 = os.getloadavg()[0]
-        p = pipeline(sides)
+        p, pipeline_rounds = pipeline(sides)
         i, rounds_seen = inbox(Path(tmp), sides)
+        load_flow = os.getloadavg()[0]
+        f = asyncio.run(inbox_flowing(Path(tmp)))
         load1 = os.getloadavg()[0]
-    print(json.dumps({"pipeline": p, "inbox": i}, indent=1))
+    print(json.dumps({"pipeline": p, "inbox": i, "flow": f}, indent=1))
     command = "uv run python bench/desk.py" + (f" --against {args.against}" if args.against else "")
     compared = (
         f": the *before* column is revision {args.against}'s desk, measured in the same run, "
@@ -317,7 +428,7 @@ def main() -> None:
 other work: wall-clock figures move with it, CPU time much less); SQLite (WAL), the desk's
 scripted model (no model time). `{command}`{compared}.
 
-{table(p, i, args.against)}
+{table(p, i, f, args.against)}
 
 A ticket's path: open, claim, triage (one model call), the refund agent (three model
 calls, two tools), the approval stored with its run state, a staff decision claimed and
@@ -340,6 +451,21 @@ process the p95 target needs a core to itself for about 1.1 ms of CPU per page, 
 other work on the shared cores does not always leave; two worker processes
 (`tether serve --workers 2`) use both cores. Each round's p95 ({", ".join(sides)}, two
 workers) and the load average when it started: {rounds}.
+
+The durable pipeline: each round opens {TICKETS // ROUNDS} refund tickets at once in a
+fresh desk whose `DurableDesk` runs with `tether serve`'s default settings (queue polled
+every 0.1 s, 8 tickets at a time, waits for decisions polled every 1 s on SQLite); the
+console's side, in the same process, hands them to the queue, approves each refund as it
+waits and sends each draft (every 50 ms). CPU per ticket is the process's CPU time over
+the batch divided by its tickets: DBOS's threads, the workflows and the console's side,
+polling included; the shares come from one more batch of 100 with a profiler in every
+thread counting thread CPU time. Each round (plain, then durable; load average at its
+start): {"; ".join(pipeline_rounds)}.
+
+While tickets flow: `tether serve` on a fresh copy of the {INBOX_TICKETS:,}-ticket desk; a
+console process opens {FLOW:,} refund tickets and approves each as it waits, while the
+{CLIENTS} clients ask inbox pages back to back until every ticket has its draft (load
+average {load_flow:.1f} at its start).
 """
     write_section("desk", markdown)
     print(markdown)

@@ -50,7 +50,9 @@ def main() -> None:
         await asyncio.Event().wait()  # stopped here until the worker is killed
 
     desk = Desk(Database(url), DeskScriptedModel())
-    settings = DurableSettings(executor_id=executor, concurrency=64, poll_seconds=0.05)
+    settings = DurableSettings(
+        executor_id=executor, concurrency=64, poll_seconds=0.05, wait_poll_seconds=0.05
+    )
     runs = DurableDesk(desk, settings, boundary=boundary)
     asyncio.run(serve(runs))
 

@@ -1,7 +1,7 @@
 """Crash injection on the durable desk: the worker SIGKILLed at every step boundary of a
 ticket's flow, on SQLite and on PostgreSQL (``durable_harness``).
 
-The boundaries: before and after the claim, the triage model call and its record, each
+The boundaries: before and after the triage (the claim, the model call and its record), each
 model call of the refund agent, the tools, before the screening of the proposal, before
 and after the approval is stored, while it waits (the decision then comes from the web
 console's side while no worker is alive), after the decision is received, before and
@@ -32,12 +32,8 @@ from tether_desk.durable import system_database_url, workflow_id
 from tether_desk.models import Approval, Draft, Refund, Run, RunEvent, Ticket
 
 REFUND_POINTS = [
-    "claim.before",
-    "claim.returned",
     "triage.before",
     "triage.returned",
-    "triaged.before",
-    "triaged.returned",
     "model.before:1",
     "model.returned:1",
     "tool.before:1:read_ticket",
@@ -58,7 +54,7 @@ REFUND_POINTS = [
     "ticket.done",
     "approval.done",
 ]
-STEPS = {"claim", "triage", "triaged", "screen", "approval", "decision", "draft", "answer"}
+STEPS = {"triage", "screen", "approval", "decision", "draft", "answer"}
 
 
 @pytest.fixture(scope="module")

@@ -239,3 +239,17 @@ def test_the_log_keeps_responses_and_errors_as_plain_data() -> None:
     with pytest.raises(Exception, match="boom") as replayed:
         codec.tool_outcome_from_json(codec.tool_error_to_json(KeyError("boom")))
     assert type(replayed.value).__name__ == "KeyError"  # the model reads the same text
+
+
+def test_the_sqlite_log_keeps_a_pool_of_connections_in_wal_mode(tmp_path: Path) -> None:
+    """The log's threads (event loop workers, queue, poller) each keep a connection open
+    rather than reopening one, with its pragmas, for a step; WAL with the chosen sync."""
+    from tether.durable.runtime import SQLITE_POOL_SIZE
+
+    config = DurableConfig(f"sqlite:///{tmp_path / 'log.sqlite'}", sqlite_synchronous="NORMAL")
+    engine = config.dbos_config()["system_database_engine"]
+    assert engine.pool.size() == SQLITE_POOL_SIZE >= 16
+    with engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert c.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    engine.dispose()

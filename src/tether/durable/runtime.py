@@ -77,13 +77,20 @@ class DurableConfig:
         return config
 
 
+SQLITE_POOL_SIZE = 20
+"""Connections kept open to the SQLite log. DBOS writes from the event loop's worker
+threads, its queue threads and its polling thread at once; with SQLAlchemy's default
+(5 kept, the rest opened and closed on each use) a busy worker reopened a connection,
+and ran its pragmas again, several times per step."""
+
+
 def _sqlite_engine(url: str, synchronous: str) -> Any:
     """DBOS's SQLite engine (immediate transactions, a long busy timeout, foreign keys),
     in WAL mode: readers never block the writer, and a commit costs one append."""
     import sqlalchemy as sa
     from sqlalchemy import event
 
-    engine = sa.create_engine(url)
+    engine = sa.create_engine(url, pool_size=SQLITE_POOL_SIZE, max_overflow=SQLITE_POOL_SIZE)
 
     @event.listens_for(engine, "connect")
     def setup(dbapi_conn: Any, _record: Any) -> None:

@@ -4,12 +4,12 @@ A :class:`~tether_desk.durable.DurableDesk` built with a ``boundary`` hook await
 each of these points (``None``, the default, costs nothing). Inside a step, before its
 work (``X.before``) and after it, before DBOS logs the step (``X.returned``):
 
-* ``claim``: the ticket goes ``new -> triaging``; ``triage``: the triage model call;
-  ``triaged``: its category and trace written;
+* ``triage``: the ticket claimed (``new -> triaging``), the triage model call, its
+  category and trace written (one step);
 * ``model.before:N`` / ``model.returned:N``: the refund agent's model call of turn N;
 * ``tool.before:N:NAME`` / ``tool.returned:N:NAME``: a tool call (``propose_refund``
   commits the refund in the ledger);
-* ``approval``: the approval row stored (the run's state is published just before it);
+* ``approval``: the approval row stored;
 * ``draft``: the draft and the ticket's status written; ``answer``, ``needs_human``,
   ``failed``: the other endings.
 

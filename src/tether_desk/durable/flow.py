@@ -1,17 +1,17 @@
 """The desk's ticket pipeline as DBOS workflows: a worker killed anywhere loses nothing.
 
 ``tether_desk.ticket`` (one per ticket, taken from the queue by a worker) runs the plain
-pipeline's pieces (:mod:`tether_desk.pipeline`) as steps: the claim, the triage model
-call, its record, the refund agent (each model request, tool call and custom ruling a
-step, through :func:`tether.durable.make_durable`), the desk's screening of proposals,
-and the draft. Step outputs are logged; after a crash the workflow runs again from the
-start, every logged step returns its result without running, and the ticket carries on
-from the first step that was not logged.
+pipeline's pieces (:mod:`tether_desk.pipeline`) as steps: the triage (the claim, the
+model call and its record, in one step), the refund agent (each model request, tool call
+and custom ruling a step, through :func:`tether.durable.make_durable`), the desk's
+screening of proposals, and the draft. Step outputs are logged; after a crash the
+workflow runs again from the start, every logged step returns its result without
+running, and the ticket carries on from the first step that was not logged.
 
 A refund that needs a person does not hold a place in the queue while it waits (a
 night, maybe): the ticket's workflow starts ``tether_desk.approval`` for the waiting call,
 under an id derived from the run and the call (:func:`wait_id`), and ends. That workflow
-publishes the run's state and stores, in one step and one transaction, what the plain
+stores, in one step and one transaction, what the plain
 pipeline stores (:func:`tether_desk.pipeline.store_approval`): the run's state, the
 approval row, the ticket awaiting it and the trace with the run's outcome, so the row is
 visible only once its waiter exists. It then waits in ``DBOS.recv`` for the decision, which
@@ -40,11 +40,10 @@ from dbos import DBOS, SetWorkflowID
 from dbos._error import DBOSException
 from sqlalchemy import bindparam, select, update
 
-from tether.durable import StepBook, await_decisions, make_durable, publish_pending
+from tether.durable import StepBook, await_decisions, make_durable
 from tether.durable.codec import decisions_from_json, decisions_to_json
 from tether.errors import ConfigError
 from tether.loop import Agent
-from tether.messages import usage_from_dict, usage_to_dict
 from tether.outcomes import RunResult, RunState
 from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
 from tether_desk.clock import utcnow
@@ -67,7 +66,7 @@ from tether_desk.pipeline import (
     store_approval,
     ticket_status,
 )
-from tether_desk.triage import TriageResult, classify
+from tether_desk.triage import classify
 
 log = logging.getLogger("tether_desk")
 T = TypeVar("T")
@@ -182,13 +181,14 @@ class Flow:
 
     async def ticket(self, ticket_id: int) -> str:
         self.ticket_id = ticket_id
-        scope_data = await self.effect("claim", _claim, self.desk, ticket_id)
-        if scope_data is None:  # not a new ticket (processed by the plain pipeline)
-            return await self.effect("status", ticket_status, self.db, ticket_id)
-        self.desk.changed(ticket_id)
-        scope = TicketScope(**scope_data)
         try:
-            category = await self._triage(scope)
+            triaged = await self._triage(ticket_id)
+            if "status" in triaged:  # not a new ticket (processed by the plain pipeline)
+                status: str = triaged["status"]
+                return status
+            self.desk.changed(ticket_id)
+            scope = TicketScope(**triaged["scope"])
+            category = triaged["category"]
             if category == "tracking":
                 await self.effect("answer", _answer_tracking, self.db, scope)
                 outcome = "answered"
@@ -209,22 +209,32 @@ class Flow:
         self.desk.changed(ticket_id)
         return outcome
 
-    async def _triage(self, scope: TicketScope) -> str:
+    async def _triage(self, ticket_id: int) -> dict[str, Any]:
+        """One step: the claim, the triage model call and its record (the trace and the
+        ticket's category). Run again after a crash, the claim finds the ticket its own
+        and the record writes only what is not there yet; once logged, the model is not
+        asked again. Returns the scope and the category, or the status of a ticket that
+        was not new."""
         run_id = _run_id("triage")
-        recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "triage")
-        start_triage(recorder)
         client = self.desk.triage_client or self.desk.client
 
         async def triage() -> dict[str, Any]:
             await self.at("triage.before")
+            scope_data = await asyncio.to_thread(_claim, self.desk, ticket_id)
+            if scope_data is None:
+                return {"status": await asyncio.to_thread(ticket_status, self.db, ticket_id)}
+            scope = TicketScope(**scope_data)
+            recorder = ReplayableRecorder(self.db, run_id, ticket_id, "triage")
+            start_triage(recorder)
             result = await classify(client, scope.subject, scope.body)
+            note_triage(recorder, result)
+            recorder.hold()
+            await asyncio.to_thread(record_triage, recorder, scope, result)
             await self.at("triage.returned")
-            return _triage_to_json(result)
+            return {"scope": scope_data, "category": result.category}
 
-        result = _triage_from_json(await DBOS.run_step_async({"name": "desk.triage"}, triage))
-        note_triage(recorder, result)
-        await self.record("triaged", recorder, record_triage, recorder, scope, result)
-        return result.category
+        done: dict[str, Any] = await DBOS.run_step_async({"name": "desk.triage"}, triage)
+        return done
 
     async def _refund(self, scope: TicketScope) -> str:
         run_id = _run_id("refund")
@@ -244,7 +254,6 @@ class Flow:
         recorder = ReplayableRecorder(
             self.db, state.run_id, scope.ticket_id, "refund", seq=waiting["seq"]
         )
-        await publish_pending(state)
         await self.at("approval.requested")
         store = partial(store_approval, once=True)
         reason = waiting["reason"]
@@ -256,7 +265,6 @@ class Flow:
             await self.at("approval.done")
             return "failed"
         decisions = await await_decisions(state)
-        await publish_pending(None)
         await self.at("approval.received")
         approver = await self.effect("decision", _decided, self.db, state.run_id, p.call_id)
         decision = next(d for d in decisions if d.call_id == p.call_id)
@@ -351,18 +359,3 @@ def _decided(db: Database, run_id: str, call_id: str) -> int | None:
         staff = c.scalar(_DECIDED_BY, {"run_id_": run_id, "call_id_": call_id})
         c.execute(_RUNNING, {"run_id_": run_id})
     return int(staff) if staff is not None else None
-
-
-def _triage_to_json(result: TriageResult) -> dict[str, Any]:
-    return {
-        "category": result.category,
-        "usage": usage_to_dict(result.usage),
-        "replies": list(result.replies),
-        "error": result.error,
-    }
-
-
-def _triage_from_json(data: dict[str, Any]) -> TriageResult:
-    return TriageResult(
-        data["category"], usage_from_dict(data["usage"]), tuple(data["replies"]), data["error"]
-    )
