@@ -9,7 +9,7 @@ through the pipeline again (a durable run per round). Search: SQLite keeps FTS5 
 (``messages_fts``, ``tickets_fts``, external content, filled by triggers); PostgreSQL uses
 GIN indexes on ``to_tsvector('simple', ...)``.
 
-Revision ID: 0005
+Revision ID: 0004
 Revises: 0003
 """
 
