@@ -404,4 +404,4 @@ async def test_systemd_scopes_carry_the_caps_where_systemd_run_works(
     calls = [line for line in lines if line.startswith("--scope --quiet --collect")]
     assert len(calls) >= 2
     assert f"MemoryMax={300 << 20} -p MemorySwapMax=0 -p TasksMax=40 -p CPUQuota=150%" in calls[1]
-    assert "nsenter" in calls[1]
+    assert "--unshare-pid" in calls[1]  # the scope holds the command sandbox

@@ -34,8 +34,9 @@ from tether.guards.sandbox._cgroup import (
     SessionCgroup,
     session_memory_bytes,
 )
+from tether.guards.sandbox._enter import SCRATCH, scratch_script
 from tether.guards.sandbox._output import CappedText, escape_controls
-from tether.guards.sandbox._session import SCRATCH, mount_work, scratch_script
+from tether.guards.sandbox._session import mount_work
 from tether.guards.sandbox._systemd import killable
 from tether.guards.sandbox.seccomp import build_filter
 from tether.loop import Agent

@@ -7,7 +7,7 @@ capped at ``work_bytes`` and ``work_inodes`` (bwrap cannot pass ``nr_inodes``), 
 from a tar stream of the source. No command runs in it: it only keeps the copy alive
 between commands, and gives each command sandbox the folders to bind.
 
-A **command sandbox** is entered into the holder's namespaces with ``nsenter``, mounts
+A **command sandbox** is entered into the holder's namespaces (see ``_enter``), mounts
 its own capped scratch space (``/tmp``, ``/dev/shm``, ``/run``) in a mount namespace of
 its own, and is a complete, fresh bubblewrap sandbox (its own user, PID, network, IPC,
 UTS and cgroup namespaces, mounts, seccomp filter): each command gets a new one; only
@@ -45,18 +45,15 @@ from tether.guards.sandbox._cgroup import (
     own_scope_of,
 )
 from tether.guards.sandbox._copy import write_tree
+from tether.guards.sandbox._enter import drops_root, enter_argv
 from tether.guards.sandbox._exec import Running, start
 from tether.guards.sandbox._systemd import scope_argv
-from tether.guards.sandbox.base import DEFAULT_ENV, SandboxLimits, SandboxUnavailable
+from tether.guards.sandbox.base import DEFAULT_ENV, SandboxUnavailable
 
 if TYPE_CHECKING:
     from tether.guards.sandbox.bwrap import BubblewrapSandbox
 
 _KILL_WAIT_S = 5.0
-RUN_BYTES = 1 << 20
-"""What /run may hold (it shares the scratch space with /tmp and /dev/shm)."""
-SCRATCH = "/.tether-scratch"
-"""Where, in the holder, each command sandbox mounts its own /tmp, /dev/shm and /run."""
 _MOUNT_WORK = "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-work {work}"
 _HOLD = (
     "{mount} || exit 3; cd {work} || exit 3; "
@@ -65,13 +62,6 @@ _HOLD = (
 )
 """The holder: mount the capped work folder, unpack the tree from ``fd`` into it, say so,
 wait until stdin closes."""
-_SCRATCH = (
-    "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-scratch {scratch} "
-    "&& mkdir -m 1777 {scratch}/tmp {scratch}/shm {scratch}/run "
-    '&& exec "$@"'
-)
-"""Before a command sandbox's bwrap: its own capped memory file system for /tmp,
-/dev/shm and /run (bwrap cannot pass ``nr_inodes``), in a mount namespace of its own."""
 
 
 class Holder:
@@ -83,7 +73,7 @@ class Holder:
         """The process inside the holder's namespaces (a host PID: no PID namespace)."""
         self.pidfd = pidfd
         self.ns_fds = ns_fds
-        """Descriptors of its user and mount namespaces, for ``nsenter``."""
+        """Descriptors of its user and mount namespaces, to enter them."""
 
     @classmethod
     async def start(cls, box: BubblewrapSandbox, cgroup: SessionCgroup | None = None) -> Holder:
@@ -151,17 +141,6 @@ class Holder:
                 os.close(tar_w)
         return cls(running, pid, pidfd, ns_fds)
 
-    def nsenter_argv(self) -> list[str]:
-        """Enter the holder's user and mount namespaces, keeping tether's uid."""
-        user_fd, mnt_fd = self.ns_fds
-        return [
-            "nsenter",
-            f"--user=/proc/self/fd/{user_fd}",
-            f"--mount=/proc/self/fd/{mnt_fd}",
-            "--preserve-credentials",
-            "--",
-        ]
-
     def alive(self) -> bool:
         return not self.running.exited.done()
 
@@ -218,24 +197,27 @@ class CommandSandbox:
         boot = box.boot_script(
             request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds], ready_fd=ready_w
         )
+        # the helper becomes the sandbox's user itself where it can: no fork of tether
+        user = None if drops_root() and cgroups.systemd is None else box.run_as
         argv = [
-            *holder.nsenter_argv(),
-            "unshare", "--mount", "--propagation", "private", "--",
-            "/bin/sh", "-c", scratch_script(box.limits), "tether-scratch",
+            *enter_argv(
+                holder.ns_fds,
+                box.limits,
+                gate_fd=gate_r,
+                run_as=box.run_as if user is None else None,
+            ),
             *box.sandbox_argv(seccomp_fd=seccomp_fd, info_fd=info_w),
             "--", "/bin/bash", "-c", boot, "tether-sandbox",
         ]  # fmt: skip
-        if cgroup is not None:  # join the cgroup before anything forks
-            argv = ["/bin/bash", "-c", f'read -r _ <&{gate_r} && exec "$@"', "gate", *argv]
-        elif cgroups.systemd is not None:  # systemd-run joins its scope, then execs
+        if cgroup is None and cgroups.systemd is not None:  # systemd-run joins its scope
             argv = [*scope_argv(cgroups.systemd, box.limits), *argv]
         try:
             running = await start(
                 argv,
                 env=DEFAULT_ENV,
                 pass_fds=(*child_fds, *holder.ns_fds),
-                user=box.run_as,
-                group=box.run_as,
+                user=user,
+                group=user,
             )
             if cgroup is not None:
                 cgroup.adopt(running.pid)
@@ -361,12 +343,6 @@ def mount_work(box: BubblewrapSandbox) -> str:
     return _MOUNT_WORK.format(
         size=limits.work_bytes, inodes=limits.work_inodes, work=shlex.quote(box.mount_point)
     )
-
-
-def scratch_script(limits: SandboxLimits) -> str:
-    """The shell script that mounts a command sandbox's capped scratch space."""
-    size = limits.tmp_bytes + limits.shm_bytes + RUN_BYTES
-    return _SCRATCH.format(size=size, inodes=limits.scratch_inodes, scratch=SCRATCH)
 
 
 async def _stderr(running: Running) -> str:

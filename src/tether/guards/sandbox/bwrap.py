@@ -24,10 +24,11 @@ from typing import Self
 from tether.errors import ConfigError
 from tether.guards.sandbox import _cgroup, seccomp
 from tether.guards.sandbox._aio import settle
+from tether.guards.sandbox._enter import SCRATCH
 from tether.guards.sandbox._hostcheck import enforcement
 from tether.guards.sandbox._hostcheck import probe as _probe
 from tether.guards.sandbox._pool import PoolClosed, SandboxPool
-from tether.guards.sandbox._session import SCRATCH, CommandSandbox, Holder
+from tether.guards.sandbox._session import CommandSandbox, Holder
 from tether.guards.sandbox.base import (
     Enforcement,
     ExecResult,
