@@ -45,7 +45,9 @@ async def _check_session(tmp_path: Path, uid: int) -> list[dict[str, Any]]:
         patch.setattr(_session, "start", start)
         async with box:
             await box.prepared()
-            ready = [_status(s.running.pid) for s in box._pool._ready]  # type: ignore[union-attr]
+            prepared = list(box._pool._ready)  # type: ignore[union-attr]
+            await asyncio.gather(*(s._pid1 for s in prepared))  # each one says it is up
+            ready = [_status(s.running.pid) for s in prepared]
             first = await box.run(["bash", "-c", SCRATCH_CHECK])
             second = await box.run(["bash", "-c", SCRATCH_CHECK])
     for result in (first, second):  # a fresh scratch space each time, capped in inodes

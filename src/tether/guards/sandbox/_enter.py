@@ -29,7 +29,6 @@ _SYSCALLS = {"x86_64": (308, 272, 165, 116, 119, 117), "aarch64": (268, 97, 40, 
 architecture."""
 _CLONE_NEWUSER, _CLONE_NEWNS, _MS_REC_PRIVATE = 0x10000000, 0x20000, 0x44000
 _PERL = """
-use strict;
 my ($gate, $uid, $gid, $user, $mnt, $scratch, $options) = splice(@ARGV, 0, 7);
 sub fail { print STDERR "tether-scratch: $_[0]: $!\\n"; exit 125 }
 if ($gate >= 0) {
