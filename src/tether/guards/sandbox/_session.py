@@ -164,6 +164,7 @@ class CommandSandbox:
         self,
         running: Running,
         request_fd: int,
+        argv_fd: int,
         info_fd: int,
         ready_fd: int,
         cgroup: CommandCgroup | None,
@@ -171,6 +172,7 @@ class CommandSandbox:
         self.running = running
         self.cgroup = cgroup
         self._request_fd = request_fd
+        self._argv_fd = argv_fd
         self._info_fd = info_fd
         self._ready_fd = ready_fd
         self._scoped = False
@@ -185,6 +187,8 @@ class CommandSandbox:
         cls, box: BubblewrapSandbox, holder: Holder, cgroups: CgroupSupport
     ) -> CommandSandbox:
         request_r, request_w = os.pipe()
+        # the argv is read from a file: bash reads a pipe one byte per system call
+        argv_fd = os.memfd_create("tether-argv", os.MFD_CLOEXEC)
         info_r, info_w = os.pipe()
         ready_r, ready_w = os.pipe()
         seccomp_fd = data_fd(box.seccomp_filter())
@@ -195,7 +199,10 @@ class CommandSandbox:
             gate_r, gate_w = os.pipe()
             child_fds.append(gate_r)
         boot = box.boot_script(
-            request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds], ready_fd=ready_w
+            request_fd=request_r,
+            argv_fd=argv_fd,
+            close_fds=[*child_fds[1:], *holder.ns_fds],
+            ready_fd=ready_w,
         )
         # the helper becomes the sandbox's user itself where it can: no fork of tether
         user = None if drops_root() and cgroups.systemd is None else box.run_as
@@ -215,7 +222,7 @@ class CommandSandbox:
             running = await start(
                 argv,
                 env=DEFAULT_ENV,
-                pass_fds=(*child_fds, *holder.ns_fds),
+                pass_fds=(*child_fds, argv_fd, *holder.ns_fds),
                 user=user,
                 group=user,
             )
@@ -223,7 +230,7 @@ class CommandSandbox:
                 cgroup.adopt(running.pid)
                 os.write(gate_w, b"go\n")
         except BaseException:
-            for fd in (request_w, info_r, ready_r):
+            for fd in (request_w, argv_fd, info_r, ready_r):
                 os.close(fd)
             if cgroup is not None:
                 await cgroup.remove()
@@ -232,7 +239,7 @@ class CommandSandbox:
             for fd in (*child_fds, gate_w):
                 if fd >= 0:
                     os.close(fd)
-        sandbox = cls(running, request_w, info_r, ready_r, cgroup)
+        sandbox = cls(running, request_w, argv_fd, info_r, ready_r, cgroup)
         sandbox._scoped = cgroups.systemd is not None
         return sandbox
 
@@ -244,19 +251,32 @@ class CommandSandbox:
         """Give the sandbox its argv (it starts right away). False when the sandbox died
         before it could take it (its stderr says why)."""
         pid1 = await self._pid1
-        fd, self._request_fd = self._request_fd, -1
+        fd, argv_fd = self._request_fd, self._argv_fd
         if fd < 0:  # killed meanwhile (the session was closed): nothing runs
             return False
+        self._close_request()
         if pid1 is None:
-            os.close(fd)
             return False
+        data = b"".join(arg.encode() + b"\0" for arg in argv)
         try:
-            await write_all(fd, b"".join(arg.encode() + b"\0" for arg in argv))
+            written = 0
+            while written < len(data):  # at offset 0, which the sandbox reads from
+                written += os.pwrite(argv_fd, data[written:], written)
+            await write_all(fd, b"\n")  # go
         except (BrokenPipeError, ConnectionResetError):
             return False
         finally:
             os.close(fd)
+            os.close(argv_fd)
         return True
+
+    def _close_request(self, *, close: bool = False) -> None:
+        """Forget the request descriptors (closing them with ``close``)."""
+        if close:
+            for fd in (self._request_fd, self._argv_fd):
+                if fd >= 0:
+                    os.close(fd)
+        self._request_fd = self._argv_fd = -1
 
     async def kill_all(self, *, remove_cgroup: bool = False) -> None:
         """Kill the sandbox's PID 1, hence its whole PID namespace, and its cgroup; wait
@@ -266,9 +286,7 @@ class CommandSandbox:
             await self._kill_all(remove_cgroup=remove_cgroup)
 
     async def _kill_all(self, *, remove_cgroup: bool) -> None:
-        if self._request_fd >= 0:
-            os.close(self._request_fd)  # an unused sandbox: its boot script exits
-            self._request_fd = -1
+        self._close_request(close=True)  # an unused sandbox: its boot script exits
         if not self._pid1.done():  # bwrap reports it right after making it: wait for it
             await asyncio.wait({self._pid1}, timeout=_KILL_WAIT_S)
         if not self._pid1.done():
