@@ -6,7 +6,8 @@ pays no preparation on its path. Those taken are replaced at once where cores ar
 (as many as are idle), so that a long stream does not run the pool dry; the rest once
 the calls pause (no command running for ``REFILL_AFTER_S``, or a command running for
 ``BUSY_REFILL_AFTER_S``), so that making them does not compete for the CPU with the
-calls; a call that finds none ready has one made at once.
+calls. A call that finds none ready has one made at once, and the whole pool is
+refilled then: a stream that outran the pool goes on, and the next calls find theirs.
 
 Every sandbox is tracked from the moment it starts being made until it is discarded:
 being made (a task), ready, or handed out. :meth:`SandboxPool.close` refuses new takes,
@@ -104,7 +105,7 @@ class SandboxPool:
             background(sandbox.discard())
         waiter: asyncio.Future[CommandSandbox] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        self._make(len(self._waiters) - len(self._making))  # one for each caller waiting
+        self.fill()  # one for each caller waiting; a stream outran the pool: refill it now
         try:
             sandbox = await waiter
         except asyncio.CancelledError:
