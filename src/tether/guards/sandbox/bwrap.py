@@ -230,17 +230,17 @@ class BubblewrapSandbox:
         ready_fd: int | None = None,
     ) -> str:
         """What a prepared command sandbox runs: say it is up on ``ready_fd`` (so tether
-        knows a command given to it will start), enter the work folder, set the rlimits,
-        close tether's descriptors, wait for a byte on ``request_fd`` (its end: exit),
-        read the argv (NUL-terminated items in the file ``argv_fd``, read in blocks),
-        exec it."""
+        knows a command given to it will start), set the rlimits, close tether's
+        descriptors, wait for a byte on ``request_fd`` (its end: exit), enter the work
+        folder (as it is now, not as it was when the sandbox was made), read the argv
+        (NUL-terminated items in the file ``argv_fd``, read in blocks), exec it."""
         closes = " ".join(f"{fd}>&-" for fd in close_fds)
         ready = f"printf . >&{ready_fd} || exit 125\n" if ready_fd is not None else ""
         return (
-            f"{ready}{self.enter_work()}\n"
-            f"{self.limits.ulimits()} || exit 125\n"
+            f"{ready}{self.limits.ulimits()} || exit 125\n"
             f"exec {closes}\n"
             f"read -r -n 1 _ <&{request_fd} || exit 0\n"
+            f"{self.enter_work()}\n"
             f"mapfile -d '' -t argv <&{argv_fd} || exit 125\n"
             f"exec {request_fd}<&- {argv_fd}<&-\n"
             '[ "${#argv[@]}" -gt 0 ] || exit 0\n'
