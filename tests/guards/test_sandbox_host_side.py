@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tether.errors import ConfigError
-from tether.guards.sandbox import BubblewrapSandbox, SandboxLimits, shell_tool
+from tether.guards.sandbox import BubblewrapSandbox, SandboxLimits, _enter, shell_tool
 from tether.tools import RunContext
 
 LIMITS = SandboxLimits(timeout_seconds=30, memory_bytes=512 << 20, max_processes=64)
@@ -404,4 +404,4 @@ async def test_systemd_scopes_carry_the_caps_where_systemd_run_works(
     calls = [line for line in lines if line.startswith("--scope --quiet --collect")]
     assert len(calls) >= 2
     assert f"MemoryMax={300 << 20} -p MemorySwapMax=0 -p TasksMax=40 -p CPUQuota=150%" in calls[1]
-    assert "nsenter" in calls[1]
+    assert f" -- {_enter.perl() or 'nsenter'} " in calls[1]  # the scope holds the sandbox

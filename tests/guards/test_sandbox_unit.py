@@ -34,8 +34,9 @@ from tether.guards.sandbox._cgroup import (
     SessionCgroup,
     session_memory_bytes,
 )
+from tether.guards.sandbox._enter import SCRATCH, scratch_script
 from tether.guards.sandbox._output import CappedText, escape_controls
-from tether.guards.sandbox._session import SCRATCH, mount_work, scratch_script
+from tether.guards.sandbox._session import mount_work
 from tether.guards.sandbox._systemd import killable
 from tether.guards.sandbox.seccomp import build_filter
 from tether.loop import Agent
@@ -265,9 +266,10 @@ def test_holder_keeps_the_copy_in_a_capped_memory_file_system() -> None:
 
 
 def test_boot_script_closes_tether_descriptors_and_execs_the_argv() -> None:
-    script = BubblewrapSandbox().boot_script(request_fd=9, close_fds=[11, 12])
-    assert "exec 11>&- 12>&-" in script
-    assert "mapfile -d '' -t argv <&9" in script and script.endswith('exec "${argv[@]}"\n')
+    script = BubblewrapSandbox().boot_script(request_fd=9, argv_fd=10, close_fds=[11, 12])
+    assert "exec 11>&- 12>&-" in script and "read -r -n 1 _ <&9 || exit 0" in script
+    assert "mapfile -d '' -t argv <&10" in script and "exec 9<&- 10<&-" in script
+    assert script.endswith('exec "${argv[@]}"\n')
 
 
 def test_bwrap_unavailable_when_missing() -> None:

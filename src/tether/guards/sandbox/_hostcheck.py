@@ -7,13 +7,13 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import subprocess
 import time
 from typing import TYPE_CHECKING
 
 from tether.guards.sandbox import _cgroup
-from tether.guards.sandbox._session import mount_work, scratch_script
+from tether.guards.sandbox._enter import enter_argv, tools_present
+from tether.guards.sandbox._session import mount_work
 from tether.guards.sandbox.base import Enforcement, SandboxLimits
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def enforcement(limits: SandboxLimits, cgroups: _cgroup.CgroupSupport) -> Enforc
 def probe(box: BubblewrapSandbox) -> bool:
     """Start a holder and a command sandbox inside it, as a run does: user namespaces
     may be disabled, or not nestable, on this host."""
-    if any(shutil.which(name) is None for name in (box.bwrap, "nsenter", "unshare", "mount")):
+    if not tools_present(box.bwrap):
         return False
     info_r, info_w = os.pipe()
     data = [os.pipe() for _ in range(2)]
@@ -85,15 +85,18 @@ def probe(box: BubblewrapSandbox) -> bool:
             return False
         if holder.stdout.readline().strip() != b"ready":
             return False
-        inner = box.sandbox_argv(seccomp_fd=None)
-        done = subprocess.run(
-            ["nsenter", "-t", str(pid), "--user", "--mount", "--preserve-credentials", "--",
-             "unshare", "--mount", "--propagation", "private", "--",
-             "/bin/sh", "-c", scratch_script(box.limits), "tether-scratch",
-             *inner, "--", "/usr/bin/true"],
-            capture_output=True, timeout=10, check=False,
-            user=box.run_as, group=box.run_as, extra_groups=extra_groups,
-        )  # fmt: skip
+        user_fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+        ns_fds = (user_fd, os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY))
+        try:
+            done = subprocess.run(
+                [*enter_argv(ns_fds, box.limits), *box.sandbox_argv(seccomp_fd=None),
+                 "--", "/usr/bin/true"],
+                capture_output=True, timeout=10, check=False, pass_fds=ns_fds,
+                user=box.run_as, group=box.run_as, extra_groups=extra_groups,
+            )  # fmt: skip
+        finally:
+            for fd in ns_fds:
+                os.close(fd)
         return done.returncode == 0
     except (OSError, ValueError, subprocess.SubprocessError):
         return False

@@ -2,10 +2,12 @@
 
 A :class:`SandboxPool` keeps ``size`` sandboxes ready (started, waiting for an argv), so a
 burst of parallel calls, or a stream of calls back to back, takes one that is ready and
-pays no preparation on its path. Those taken are replaced in the background once the
-calls pause (no command running for ``REFILL_AFTER_S``, or a command running for
+pays no preparation on its path. Those taken are replaced at once where cores are idle
+(as many as are idle), so that a long stream does not run the pool dry; the rest once
+the calls pause (no command running for ``REFILL_AFTER_S``, or a command running for
 ``BUSY_REFILL_AFTER_S``), so that making them does not compete for the CPU with the
-calls of a burst or a stream; a call that finds none ready has one made at once.
+calls. A call that finds none ready has one made at once, and the whole pool is
+refilled then: a stream that outran the pool goes on, and the next calls find theirs.
 
 Every sandbox is tracked from the moment it starts being made until it is discarded:
 being made (a task), ready, or handed out. :meth:`SandboxPool.close` refuses new takes,
@@ -16,6 +18,7 @@ kills the ready and the handed-out ones, so no command can start once it has ret
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -26,6 +29,20 @@ REFILL_AFTER_S = 0.01
 """Time without a command after which the pool is topped up."""
 BUSY_REFILL_AFTER_S = 0.5
 """Time after which the pool is topped up while a (long) command runs."""
+
+
+_CORES = len(os.sched_getaffinity(0))
+
+
+def idle_cores() -> int:
+    """Cores that no runnable task waits for right now (the kernel's count of runnable
+    tasks, which includes the caller, against the cores); 0 where it cannot be read."""
+    try:
+        with open("/proc/loadavg", "rb") as loadavg:
+            running = int(loadavg.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(_CORES - running, 0)
 
 
 class PoolClosed(Exception):
@@ -88,7 +105,7 @@ class SandboxPool:
             background(sandbox.discard())
         waiter: asyncio.Future[CommandSandbox] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        self._make(len(self._waiters) - len(self._making))  # one for each caller waiting
+        self.fill()  # one for each caller waiting; a stream outran the pool: refill it now
         try:
             sandbox = await waiter
         except asyncio.CancelledError:
@@ -127,6 +144,9 @@ class SandboxPool:
 
     def _hand_out(self, sandbox: CommandSandbox) -> CommandSandbox:
         self._taken.add(sandbox)
+        missing = self.size - len(self._ready) - len(self._making)
+        if missing > 0 and (idle := idle_cores() - len(self._making)) > 0:
+            self._make(min(missing, idle))  # alongside the calls, on cores left idle
         self._fill_when_quiet()
         return sandbox
 

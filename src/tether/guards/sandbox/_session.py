@@ -7,7 +7,7 @@ capped at ``work_bytes`` and ``work_inodes`` (bwrap cannot pass ``nr_inodes``), 
 from a tar stream of the source. No command runs in it: it only keeps the copy alive
 between commands, and gives each command sandbox the folders to bind.
 
-A **command sandbox** is entered into the holder's namespaces with ``nsenter``, mounts
+A **command sandbox** is entered into the holder's namespaces (see ``_enter``), mounts
 its own capped scratch space (``/tmp``, ``/dev/shm``, ``/run``) in a mount namespace of
 its own, and is a complete, fresh bubblewrap sandbox (its own user, PID, network, IPC,
 UTS and cgroup namespaces, mounts, seccomp filter): each command gets a new one; only
@@ -45,18 +45,15 @@ from tether.guards.sandbox._cgroup import (
     own_scope_of,
 )
 from tether.guards.sandbox._copy import write_tree
+from tether.guards.sandbox._enter import drops_root, enter_argv
 from tether.guards.sandbox._exec import Running, start
 from tether.guards.sandbox._systemd import scope_argv
-from tether.guards.sandbox.base import DEFAULT_ENV, SandboxLimits, SandboxUnavailable
+from tether.guards.sandbox.base import DEFAULT_ENV, SandboxUnavailable
 
 if TYPE_CHECKING:
     from tether.guards.sandbox.bwrap import BubblewrapSandbox
 
 _KILL_WAIT_S = 5.0
-RUN_BYTES = 1 << 20
-"""What /run may hold (it shares the scratch space with /tmp and /dev/shm)."""
-SCRATCH = "/.tether-scratch"
-"""Where, in the holder, each command sandbox mounts its own /tmp, /dev/shm and /run."""
 _MOUNT_WORK = "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-work {work}"
 _HOLD = (
     "{mount} || exit 3; cd {work} || exit 3; "
@@ -65,13 +62,6 @@ _HOLD = (
 )
 """The holder: mount the capped work folder, unpack the tree from ``fd`` into it, say so,
 wait until stdin closes."""
-_SCRATCH = (
-    "mount -t tmpfs -o size={size},nr_inodes={inodes},mode=0755 tether-scratch {scratch} "
-    "&& mkdir -m 1777 {scratch}/tmp {scratch}/shm {scratch}/run "
-    '&& exec "$@"'
-)
-"""Before a command sandbox's bwrap: its own capped memory file system for /tmp,
-/dev/shm and /run (bwrap cannot pass ``nr_inodes``), in a mount namespace of its own."""
 
 
 class Holder:
@@ -83,7 +73,7 @@ class Holder:
         """The process inside the holder's namespaces (a host PID: no PID namespace)."""
         self.pidfd = pidfd
         self.ns_fds = ns_fds
-        """Descriptors of its user and mount namespaces, for ``nsenter``."""
+        """Descriptors of its user and mount namespaces, to enter them."""
 
     @classmethod
     async def start(cls, box: BubblewrapSandbox, cgroup: SessionCgroup | None = None) -> Holder:
@@ -151,17 +141,6 @@ class Holder:
                 os.close(tar_w)
         return cls(running, pid, pidfd, ns_fds)
 
-    def nsenter_argv(self) -> list[str]:
-        """Enter the holder's user and mount namespaces, keeping tether's uid."""
-        user_fd, mnt_fd = self.ns_fds
-        return [
-            "nsenter",
-            f"--user=/proc/self/fd/{user_fd}",
-            f"--mount=/proc/self/fd/{mnt_fd}",
-            "--preserve-credentials",
-            "--",
-        ]
-
     def alive(self) -> bool:
         return not self.running.exited.done()
 
@@ -185,6 +164,7 @@ class CommandSandbox:
         self,
         running: Running,
         request_fd: int,
+        argv_fd: int,
         info_fd: int,
         ready_fd: int,
         cgroup: CommandCgroup | None,
@@ -192,6 +172,7 @@ class CommandSandbox:
         self.running = running
         self.cgroup = cgroup
         self._request_fd = request_fd
+        self._argv_fd = argv_fd
         self._info_fd = info_fd
         self._ready_fd = ready_fd
         self._scoped = False
@@ -206,6 +187,8 @@ class CommandSandbox:
         cls, box: BubblewrapSandbox, holder: Holder, cgroups: CgroupSupport
     ) -> CommandSandbox:
         request_r, request_w = os.pipe()
+        # the argv is read from a file: bash reads a pipe one byte per system call
+        argv_fd = os.memfd_create("tether-argv", os.MFD_CLOEXEC)
         info_r, info_w = os.pipe()
         ready_r, ready_w = os.pipe()
         seccomp_fd = data_fd(box.seccomp_filter())
@@ -216,32 +199,38 @@ class CommandSandbox:
             gate_r, gate_w = os.pipe()
             child_fds.append(gate_r)
         boot = box.boot_script(
-            request_fd=request_r, close_fds=[*child_fds[1:], *holder.ns_fds], ready_fd=ready_w
+            request_fd=request_r,
+            argv_fd=argv_fd,
+            close_fds=[*child_fds[1:], *holder.ns_fds],
+            ready_fd=ready_w,
         )
+        # the helper becomes the sandbox's user itself where it can: no fork of tether
+        user = None if drops_root() and cgroups.systemd is None else box.run_as
         argv = [
-            *holder.nsenter_argv(),
-            "unshare", "--mount", "--propagation", "private", "--",
-            "/bin/sh", "-c", scratch_script(box.limits), "tether-scratch",
+            *enter_argv(
+                holder.ns_fds,
+                box.limits,
+                gate_fd=gate_r,
+                run_as=box.run_as if user is None else None,
+            ),
             *box.sandbox_argv(seccomp_fd=seccomp_fd, info_fd=info_w),
             "--", "/bin/bash", "-c", boot, "tether-sandbox",
         ]  # fmt: skip
-        if cgroup is not None:  # join the cgroup before anything forks
-            argv = ["/bin/bash", "-c", f'read -r _ <&{gate_r} && exec "$@"', "gate", *argv]
-        elif cgroups.systemd is not None:  # systemd-run joins its scope, then execs
+        if cgroup is None and cgroups.systemd is not None:  # systemd-run joins its scope
             argv = [*scope_argv(cgroups.systemd, box.limits), *argv]
         try:
             running = await start(
                 argv,
                 env=DEFAULT_ENV,
-                pass_fds=(*child_fds, *holder.ns_fds),
-                user=box.run_as,
-                group=box.run_as,
+                pass_fds=(*child_fds, argv_fd, *holder.ns_fds),
+                user=user,
+                group=user,
             )
             if cgroup is not None:
                 cgroup.adopt(running.pid)
                 os.write(gate_w, b"go\n")
         except BaseException:
-            for fd in (request_w, info_r, ready_r):
+            for fd in (request_w, argv_fd, info_r, ready_r):
                 os.close(fd)
             if cgroup is not None:
                 await cgroup.remove()
@@ -250,7 +239,7 @@ class CommandSandbox:
             for fd in (*child_fds, gate_w):
                 if fd >= 0:
                     os.close(fd)
-        sandbox = cls(running, request_w, info_r, ready_r, cgroup)
+        sandbox = cls(running, request_w, argv_fd, info_r, ready_r, cgroup)
         sandbox._scoped = cgroups.systemd is not None
         return sandbox
 
@@ -262,19 +251,32 @@ class CommandSandbox:
         """Give the sandbox its argv (it starts right away). False when the sandbox died
         before it could take it (its stderr says why)."""
         pid1 = await self._pid1
-        fd, self._request_fd = self._request_fd, -1
+        fd, argv_fd = self._request_fd, self._argv_fd
         if fd < 0:  # killed meanwhile (the session was closed): nothing runs
             return False
+        self._close_request()
         if pid1 is None:
-            os.close(fd)
             return False
+        data = b"".join(arg.encode() + b"\0" for arg in argv)
         try:
-            await write_all(fd, b"".join(arg.encode() + b"\0" for arg in argv))
+            written = 0
+            while written < len(data):  # at offset 0, which the sandbox reads from
+                written += os.pwrite(argv_fd, data[written:], written)
+            await write_all(fd, b"\n")  # go
         except (BrokenPipeError, ConnectionResetError):
             return False
         finally:
             os.close(fd)
+            os.close(argv_fd)
         return True
+
+    def _close_request(self, *, close: bool = False) -> None:
+        """Forget the request descriptors (closing them with ``close``)."""
+        if close:
+            for fd in (self._request_fd, self._argv_fd):
+                if fd >= 0:
+                    os.close(fd)
+        self._request_fd = self._argv_fd = -1
 
     async def kill_all(self, *, remove_cgroup: bool = False) -> None:
         """Kill the sandbox's PID 1, hence its whole PID namespace, and its cgroup; wait
@@ -284,9 +286,7 @@ class CommandSandbox:
             await self._kill_all(remove_cgroup=remove_cgroup)
 
     async def _kill_all(self, *, remove_cgroup: bool) -> None:
-        if self._request_fd >= 0:
-            os.close(self._request_fd)  # an unused sandbox: its boot script exits
-            self._request_fd = -1
+        self._close_request(close=True)  # an unused sandbox: its boot script exits
         if not self._pid1.done():  # bwrap reports it right after making it: wait for it
             await asyncio.wait({self._pid1}, timeout=_KILL_WAIT_S)
         if not self._pid1.done():
@@ -361,12 +361,6 @@ def mount_work(box: BubblewrapSandbox) -> str:
     return _MOUNT_WORK.format(
         size=limits.work_bytes, inodes=limits.work_inodes, work=shlex.quote(box.mount_point)
     )
-
-
-def scratch_script(limits: SandboxLimits) -> str:
-    """The shell script that mounts a command sandbox's capped scratch space."""
-    size = limits.tmp_bytes + limits.shm_bytes + RUN_BYTES
-    return _SCRATCH.format(size=size, inodes=limits.scratch_inodes, scratch=SCRATCH)
 
 
 async def _stderr(running: Running) -> str:

@@ -24,10 +24,11 @@ from typing import Self
 from tether.errors import ConfigError
 from tether.guards.sandbox import _cgroup, seccomp
 from tether.guards.sandbox._aio import settle
+from tether.guards.sandbox._enter import SCRATCH
 from tether.guards.sandbox._hostcheck import enforcement
 from tether.guards.sandbox._hostcheck import probe as _probe
 from tether.guards.sandbox._pool import PoolClosed, SandboxPool
-from tether.guards.sandbox._session import SCRATCH, CommandSandbox, Holder
+from tether.guards.sandbox._session import CommandSandbox, Holder
 from tether.guards.sandbox.base import (
     Enforcement,
     ExecResult,
@@ -221,20 +222,27 @@ class BubblewrapSandbox:
         ]  # fmt: skip
 
     def boot_script(
-        self, *, request_fd: int, close_fds: Sequence[int], ready_fd: int | None = None
+        self,
+        *,
+        request_fd: int,
+        argv_fd: int,
+        close_fds: Sequence[int],
+        ready_fd: int | None = None,
     ) -> str:
         """What a prepared command sandbox runs: say it is up on ``ready_fd`` (so tether
-        knows a command given to it will start), enter the work folder, set the rlimits,
-        close tether's descriptors, wait for the argv (NUL-terminated items on
-        ``request_fd``), exec it."""
+        knows a command given to it will start), set the rlimits, close tether's
+        descriptors, wait for a byte on ``request_fd`` (its end: exit), enter the work
+        folder (as it is now, not as it was when the sandbox was made), read the argv
+        (NUL-terminated items in the file ``argv_fd``, read in blocks), exec it."""
         closes = " ".join(f"{fd}>&-" for fd in close_fds)
         ready = f"printf . >&{ready_fd} || exit 125\n" if ready_fd is not None else ""
         return (
-            f"{ready}{self.enter_work()}\n"
-            f"{self.limits.ulimits()} || exit 125\n"
+            f"{ready}{self.limits.ulimits()} || exit 125\n"
             f"exec {closes}\n"
-            f"mapfile -d '' -t argv <&{request_fd} || exit 125\n"
-            f"exec {request_fd}<&-\n"
+            f"read -r -n 1 _ <&{request_fd} || exit 0\n"
+            f"{self.enter_work()}\n"
+            f"mapfile -d '' -t argv <&{argv_fd} || exit 125\n"
+            f"exec {request_fd}<&- {argv_fd}<&-\n"
             '[ "${#argv[@]}" -gt 0 ] || exit 0\n'
             'exec "${argv[@]}"\n'
         )
