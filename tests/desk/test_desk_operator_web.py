@@ -63,7 +63,11 @@ def test_a_stranded_approval_is_refused_shown_retried_then_decided(
 
         approval = pending_approval(desk.db, ticket)
         assert approval is not None
-        form = {"decision": "approve", "csrftoken": csrf}
+        form = {  # what the approval screen's form sends
+            "decision": "approve",
+            "arguments_hash": approval.arguments_hash,
+            "csrftoken": csrf,
+        }
         refused = client.post(f"/staff/approvals/{approval.id}", data=form)
         assert refused.status_code == 409
         assert "version 1 of the desk, which no process runs now" in refused.text
