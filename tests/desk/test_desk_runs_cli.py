@@ -36,7 +36,7 @@ def test_runs_of_a_gone_worker_are_named_at_start_and_by_tether_runs(tmp_path: P
     assert "1 run(s), 1 needing attention." in listed.output
     shown = CliRunner().invoke(runs_app, ["show", wid, "--db", str(path)])
     assert shown.exit_code == 0, shown.output
-    assert "desk.claim" in shown.output and f"ticket {ticket}" in shown.output
+    assert "desk.triage" in shown.output and f"ticket {ticket}" in shown.output
 
     worker = subprocess.Popen(
         [*TETHER, "worker", "--id", "w-2", "--db", str(path), "--model", "scripted"],
