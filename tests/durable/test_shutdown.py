@@ -71,3 +71,67 @@ def test_a_stopped_waiting_run_resumes_and_the_stop_is_quiet(tmp_path: Path) -> 
     again = run(tmp_path, "second")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "output: done" in again.stdout
+
+
+BUSY = '''
+import asyncio, sys
+from tether import Agent, ScriptedClient, ToolCall, tool
+from tether.clients import ChatResponse
+from tether.durable import DurableAgent, DurableConfig, launch, shutdown_async
+from tether.messages import Message, StopReason
+
+started = asyncio.Event()
+
+@tool(thread=False)
+async def slow_lookup(order: str) -> str:
+    """Look the order up. Use it when asked. It changes nothing."""
+    started.set()
+    await asyncio.sleep(0.5)
+    return f"order {order}: shipped"
+
+def model(history):
+    if len(history) == 1:
+        call = ToolCall("call_1", "slow_lookup", {"order": "C-1"})
+        return ChatResponse((Message("assistant", (call,)),), StopReason.parse("tool_use"))
+    return "done"
+
+support = DurableAgent(Agent(ScriptedClient(model), [slow_lookup]), "support")
+
+async def first():
+    launch(DurableConfig(sys.argv[2], polling_interval_seconds=0.05))
+    await support.start("Where is C-1?", workflow_id="w-1")
+    await started.wait()
+    await shutdown_async()  # the run is inside its tool
+    await asyncio.sleep(1.5)  # a run left going would reach its next step now
+    print("stopped")
+
+async def second():
+    launch(DurableConfig(sys.argv[2], polling_interval_seconds=0.05))
+    print("output:", (await support.result("w-1")).output)
+    await shutdown_async()
+
+asyncio.run(first() if sys.argv[1] == "first" else second())
+'''
+
+
+def test_a_run_inside_a_step_is_cancelled_by_the_stop_and_resumes(tmp_path: Path) -> None:
+    script = tmp_path / "busy.py"
+    script.write_text(BUSY)
+    url = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+
+    def step(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(script), name, url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+
+    done = step("first")
+    assert done.returncode == 0 and "stopped" in done.stdout, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "cancelled" not in done.stderr, done.stderr[-3000:]
+    again = step("second")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "output: done" in again.stdout
+    assert "Traceback" not in again.stderr, again.stderr[-3000:]

@@ -15,9 +15,11 @@ from tether.durable.runtime import (
     DurableConfig,
     is_launched,
     launch,
+    own_executor,
     recover,
     recover_async,
     shutdown,
+    shutdown_async,
 )
 from tether.durable.steps import DurableChatClient, DurableTool, StepBook
 from tether.durable.transaction import TransactionalTool
@@ -48,10 +50,12 @@ __all__ = [
     "is_launched",
     "launch",
     "make_durable",
+    "own_executor",
     "pending_state",
     "publish_pending",
     "recover",
     "recover_async",
     "send_decisions",
     "shutdown",
+    "shutdown_async",
 ]

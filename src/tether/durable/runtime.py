@@ -3,13 +3,15 @@
 DBOS is one runtime per process. :func:`launch` starts it from a :class:`DurableConfig`
 (after every :class:`~tether.durable.DurableAgent` of the process is defined, so that the
 runs a previous process left pending can be recovered by name) and :func:`shutdown`
-stops it. :func:`recover` hands a dead worker's pending runs to the live ones.
+(:func:`shutdown_async` from a loop) stops it. :func:`recover` hands a dead worker's
+pending runs to the live ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +144,54 @@ def shutdown(wait_seconds: int = 0) -> None:
     (DBOS's warning for each run cancelled from then on is dropped)."""
     logging.getLogger("dbos").addFilter(_QUIET)
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
+
+
+def own_executor() -> None:
+    """Give the running event loop a thread pool of its own again. DBOS lends a loop its
+    pool as default executor and shuts that pool when it stops: an ``asyncio.to_thread``
+    after (or while) it stops, such as a run being cancelled or the stop itself, failed
+    with "cannot schedule new futures after shutdown"."""
+    loop = asyncio.get_running_loop()
+    lent = getattr(loop, "_default_executor", None)
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="tether-loop"))
+    if lent is not None:
+        lent.shutdown(wait=False)  # DBOS's lent pool ignores this; a pool of the loop ends
+
+
+async def shutdown_async(wait_seconds: int = 0) -> None:
+    """:func:`shutdown` from the loop DBOS was launched from, without a traceback: the
+    loop gets its own thread pool back (:func:`own_executor`), no new run is taken, the
+    runs of this loop get ``wait_seconds`` to finish and are then cancelled (they stay
+    pending and resume at the next launch: a cancelled run is a crashed one), and only
+    then DBOS stops, from a thread that is not one of its own. A run left going would
+    reach its next step with DBOS gone and fail loudly."""
+    own_executor()
+    logging.getLogger("dbos").addFilter(_QUIET)
+    from dbos._dbos import _dbos_global_instance as dbos
+
+    if dbos is not None:
+        for stop in list(getattr(dbos, "background_thread_stop_events", [])):
+            stop.set()  # the queue takes no new run into this loop
+        running = _runs_here(dbos)
+        if running and wait_seconds > 0:
+            await asyncio.wait(running, timeout=wait_seconds)
+        await _cancel(_runs_here(dbos))
+    await asyncio.to_thread(shutdown)
+    if dbos is not None:
+        await _cancel(_runs_here(dbos))  # one started while DBOS stopped
+
+
+def _runs_here(dbos: Any) -> list[asyncio.Task[Any]]:
+    """DBOS's workflow tasks on the running loop."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[Any]] = getattr(dbos, "_workflow_tasks", set())
+    return [t for t in list(tasks) if t.get_loop() is loop and not t.done()]
+
+
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def recover(executor_ids: list[str]) -> list[str]:

@@ -28,7 +28,14 @@ from dbos import DBOS, DBOSClient
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from tether.durable import DECISIONS_TOPIC, DurableConfig, launch, recover_async, shutdown
+from tether.durable import (
+    DECISIONS_TOPIC,
+    DurableConfig,
+    launch,
+    own_executor,
+    recover_async,
+    shutdown_async,
+)
 from tether.durable.codec import decisions_to_json
 from tether.errors import ConfigError
 from tether.outcomes import Decision
@@ -143,7 +150,10 @@ class DurableDesk:
         )
 
     async def stop(self) -> None:
-        """Disconnect; runs in progress stay pending and resume at the next start."""
+        """Disconnect; runs in progress stay pending and resume at the next start. The
+        loop first gets its own thread pool back from DBOS, which shuts its pool."""
+        if self.processing:
+            own_executor()
         if self._heartbeat is not None:
             beating, self._heartbeat = self._heartbeat, None
             beating.cancel()
@@ -154,7 +164,7 @@ class DurableDesk:
             await asyncio.to_thread(client.destroy)
         if self.processing:
             self.processing = False
-            await asyncio.to_thread(shutdown)
+            await shutdown_async()
 
     @property
     def client(self) -> DBOSClient:

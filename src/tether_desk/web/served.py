@@ -122,9 +122,6 @@ def tickets_running(desk: Desk) -> Iterator[None]:
             ready.set()
             await stop.wait()
         finally:
-            from tether_desk.web.app import own_threads
-
-            own_threads()
             await runs.stop()
 
     thread = threading.Thread(target=loop.run_forever, name="desk-durable-executor")
