@@ -56,7 +56,7 @@ async def test_a_full_disk_heals_without_a_restart(
     gate = asyncio.Event()
 
     async def boundary(name: str, _ticket: int) -> None:
-        if name == "triaged.before":
+        if name == "model.before:1":  # the triage step is logged, the ticket triaging
             await gate.wait()
 
     runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05), boundary=boundary)
@@ -65,7 +65,7 @@ async def test_a_full_disk_heals_without_a_restart(
         await runs.submit(ticket)
         await until(lambda: status(db, ticket) == "triaging")
         filler = await asyncio.to_thread(fill, small_disk)
-        gate.set()  # the triage's record meets the full disk
+        gate.set()  # the refund agent's first step meets the full disk
         await asyncio.sleep(8)
         assert status(db, ticket) == "triaging"  # it could not go on
         assert "transient database error" in caplog.text

@@ -60,10 +60,10 @@ def test_metrics_say_what_an_operator_watches(served: tuple[Desk, TestClient]) -
     assert m[("desk_model_tokens_total", (("direction", "input"),))] > 0
     assert m[("desk_model_requests_total", ())] > 0
     assert ("desk_ledger_refusals_total", ()) in m
-    claims = m[("desk_step_seconds_count", (("step", "desk.claim"),))]
-    assert claims >= 4  # one claim per seeded ticket
-    inf = m[("desk_step_seconds_bucket", (("le", "+Inf"), ("step", "desk.claim")))]
-    assert inf == claims
+    triages = m[("desk_step_seconds_count", (("step", "desk.triage"),))]
+    assert triages >= 4  # one triage step (claim, model call, record) per seeded ticket
+    inf = m[("desk_step_seconds_bucket", (("le", "+Inf"), ("step", "desk.triage")))]
+    assert inf == triages
 
 
 def test_health_and_readiness(
