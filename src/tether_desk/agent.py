@@ -64,6 +64,10 @@ class TicketScope:
     customer_name: str
     subject: str
     body: str
+    seen: int | None = None
+    """The newest customer message the round read (``None``: unknown, no follow-up)."""
+    round: int = 0
+    """The ticket's round when this scope was read (see :func:`tether_desk.thread.follow_up`)."""
 
 
 @dataclass(frozen=True, slots=True)

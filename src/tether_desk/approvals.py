@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -142,6 +142,9 @@ class Screen:
     created_at: datetime
     expires_at: datetime
     committed: Commitments
+    since: list[tuple[int, str, datetime]] = field(default_factory=list)
+    """The customer's messages the proposal's round had not read (id, text, time): they
+    wrote while it waited; the ticket runs again on them once this proposal is decided."""
 
     @property
     def remaining_cents(self) -> int:
@@ -260,6 +263,7 @@ def screen(db: Database, approval_id: int, detector: Detector = flag_instruction
         messages = customer_messages(s.connection(), ticket.id)
         body = customer_text(s.connection(), ticket.id) or ticket.body
         committed = commitments(s, a.id, ticket.id, ticket.order_id)
+    seen = a.context.get("seen") if isinstance(a.context, dict) else None
     flags = detector(body, view.number)
     friction = friction_for(a.amount_cents, view.remaining_cents, flags)
     if committed.prior_approvals:
@@ -286,6 +290,7 @@ def screen(db: Database, approval_id: int, detector: Detector = flag_instruction
         created_at=a.created_at,
         expires_at=a.expires_at,
         committed=committed,
+        since=[m for m in messages if m[0] > seen] if isinstance(seen, int) else [],
     )
 
 

@@ -12,7 +12,7 @@ resume refunds once.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
@@ -28,6 +28,7 @@ from tether_desk.models import Approval, Order, Run, Ticket
 from tether_desk.money import format_cents, parse_amount
 from tether_desk.orders import refunded_cents
 from tether_desk.pipeline import Desk, load_scope, set_status, settle
+from tether_desk.thread import follow_up
 from tether_desk.thread_store import decision_event
 from tether_desk.trace import RunRecorder
 
@@ -205,7 +206,7 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
         from tether_desk.pipeline import ticket_status
 
         return ticket_status(desk.db, claimed.ticket_id)
-    scope = load_scope(desk.db, claimed.ticket_id)
+    scope = replace(load_scope(desk.db, claimed.ticket_id), seen=_seen(desk, claimed.approval_id))
     recorder = RunRecorder(desk.db, claimed.run_id, claimed.ticket_id, "refund").start(resumed=True)
     recorder.note(
         "decision",
@@ -230,6 +231,7 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
             # refund to one
             result = await agent.resume(state, [claimed.decision])
         await settle(desk, scope, recorder, result)
+        follow_up(desk.db, scope)  # the customer wrote while it waited: the next round
     except StateClaimed as exc:  # resumed by someone else: nothing to do
         log.info("approval %s: %s", claimed.approval_id, exc)
         recorder.flush()
@@ -245,6 +247,14 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
     from tether_desk.pipeline import ticket_status
 
     return ticket_status(desk.db, claimed.ticket_id)
+
+
+def _seen(desk: Desk, approval_id: int) -> int | None:
+    """The newest customer message the proposal's round had read (stored with it)."""
+    with desk.db.read_connection() as c:
+        context = c.scalar(select(Approval.context).where(Approval.id == approval_id))
+    seen = context.get("seen") if isinstance(context, dict) else None
+    return int(seen) if isinstance(seen, int) else None
 
 
 async def decide(

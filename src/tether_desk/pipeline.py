@@ -44,7 +44,7 @@ from tether_desk.models import Customer, Draft, Message, Order, Ticket
 from tether_desk.money import format_cents
 from tether_desk.notify import Mailer, queue_approval, queue_reply
 from tether_desk.orders import OrderView, order_view, order_view_and_waiting
-from tether_desk.thread import customer_text
+from tether_desk.thread import customer_text_seen, follow_up
 from tether_desk.tickets import MAX_BODY, agent_draft, set_ticket
 from tether_desk.trace import RunRecorder
 from tether_desk.triage import TriageResult, classify
@@ -58,7 +58,15 @@ STATUS_LABELS = {
 }
 MAX_SETTLE_ROUNDS = 6
 _SCOPE = (
-    select(Ticket.id, Ticket.order_id, Order.number, Customer.name, Ticket.subject, Ticket.body)
+    select(
+        Ticket.id,
+        Ticket.order_id,
+        Order.number,
+        Customer.name,
+        Ticket.subject,
+        Ticket.body,
+        Ticket.round,
+    )
     .join(Order, Order.id == Ticket.order_id)
     .join(Customer, Customer.id == Ticket.customer_id)
     .where(Ticket.id == bindparam("ticket_id_"))
@@ -126,8 +134,8 @@ def load_scope(db: Database, ticket_id: int) -> TicketScope:
         row = s.execute(_SCOPE, {"ticket_id_": ticket_id}).one_or_none()
         if row is None:
             raise NotFound(f"There is no ticket {ticket_id}.")
-        text = customer_text(s, ticket_id)  # the whole thread's customer messages
-    return TicketScope(*row[:-1], text or row[-1])
+        text, seen = customer_text_seen(s, ticket_id)  # the thread's customer messages
+    return TicketScope(*row[:5], text or row[5], seen=seen, round=row[6])
 
 
 def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
@@ -155,6 +163,7 @@ async def process_ticket(desk: Desk, ticket_id: int) -> str:
     if not _claim(desk.db, ticket_id):
         return ticket_status(desk.db, ticket_id)
     desk.changed(ticket_id)
+    scope: TicketScope | None = None
     try:
         scope = load_scope(desk.db, ticket_id)
         category = await _triage(desk, scope)
@@ -167,6 +176,8 @@ async def process_ticket(desk: Desk, ticket_id: int) -> str:
     except Exception:
         log.exception("ticket %s failed in the pipeline", ticket_id)
         set_status(desk.db, ticket_id, "failed")
+    if scope is not None:
+        follow_up(desk.db, scope)  # the customer wrote meanwhile: the next round, now
     desk.changed(ticket_id)
     return ticket_status(desk.db, ticket_id)
 
@@ -361,7 +372,7 @@ def approval_values(
         "arguments": dict(p.arguments),
         "arguments_hash": p.arguments_hash,
         "amount_cents": cents,
-        "context": {**context, "flags": len(flags)},
+        "context": {**context, "flags": len(flags), "seen": scope.seen},
         "state_version": state.version,
         "typed_amount_required": bool(friction_for(cents, view.remaining_cents, flags)),
         "expires_at": utcnow() + desk.approval_ttl,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, bindparam, delete, func, select, update
 
@@ -42,6 +42,14 @@ SOURCES = {
 }
 RERUN_STATUSES = ("answered", "draft_ready", "needs_human", "failed")
 """A customer message on a ticket in one of these states sends it through triage again."""
+BUSY_STATUSES = ("triaging", "awaiting_approval")
+"""A customer message on a ticket in one of these states waits for the current round to
+end (:func:`follow_up`): the round goes on, and the next one reads the whole thread."""
+WROTE_DURING_ROUND = (
+    "The customer wrote while the desk worked on the ticket; it runs again on the whole "
+    "thread when the current round ends."
+)
+RUNS_AGAIN = "The customer wrote while the desk worked on the ticket; it runs again on the thread."
 
 _LATEST = (
     select(Message.id, Message.kind, Message.body, Message.created_at)
@@ -116,10 +124,18 @@ def customer_messages(connection: Connection, ticket_id: int) -> list[tuple[int,
 def customer_text(connection: Connection, ticket_id: int) -> str:
     """The customer's messages as one text (triage, the instruction detector), each after a
     line naming it when there are several."""
+    return customer_text_seen(connection, ticket_id)[0]
+
+
+def customer_text_seen(connection: Connection, ticket_id: int) -> tuple[str, int]:
+    """:func:`customer_text` and the id of the newest customer message it holds (0: none),
+    read together: what a round reads, and where :func:`follow_up` looks from."""
     messages = customer_messages(connection, ticket_id)
+    seen = messages[-1][0] if messages else 0
     if len(messages) == 1:
-        return messages[0][1]
-    return "\n\n".join(f"[message #{i}, {t:%Y-%m-%d %H:%M}]\n{b}" for i, b, t in messages)
+        return messages[0][1], seen
+    text = "\n\n".join(f"[message #{i}, {t:%Y-%m-%d %H:%M}]\n{b}" for i, b, t in messages)
+    return text, seen
 
 
 def _cut(text: str, cap: int) -> str:
@@ -172,14 +188,19 @@ def customer_reply(
     settings: HelpdeskSettings | None = None,
 ) -> bool:
     """Add the customer's message to their ticket; True if it goes through triage and the
-    agent again (an answered ticket reopens within ``settings.reopen_window``)."""
+    agent again now (an answered ticket reopens within ``settings.reopen_window``). On a
+    ticket the desk is working on (:data:`BUSY_STATUSES`: being triaged, or a refund
+    waiting for approval) the message is recorded and nothing is interrupted: the round
+    goes on (the approval screen shows the message), and when it ends :func:`follow_up`
+    starts the next one on the whole thread. The ticket's row is locked first, so a round
+    that ends at the same moment either sees the message or lets this call rerun it."""
     window = (settings or HelpdeskSettings()).reopen_window
     body = clean_text(body, "message", MAX_BODY)
     with db.write_connection() as c:
         row = c.execute(
-            select(Ticket.customer_id, Ticket.status, Ticket.replied_at).where(
-                Ticket.id == ticket_id
-            )
+            select(Ticket.customer_id, Ticket.status, Ticket.replied_at)
+            .where(Ticket.id == ticket_id)
+            .with_for_update()
         ).one_or_none()
         if row is None or row.customer_id != customer_id:
             raise NotFound("No such ticket on your account.")
@@ -189,19 +210,74 @@ def customer_reply(
                 f"This ticket was answered more than {window.days} day(s) ago; open a new ticket."
             )
         add_message(c, ticket_id, "customer", body, author_id=customer_id)
+        if row.status in BUSY_STATUSES:
+            add_message(c, ticket_id, "system", WROTE_DURING_ROUND, public=False)
         if row.status not in RERUN_STATUSES:
             return False
         if row.status == "answered":
             add_message(c, ticket_id, "system", "The customer reopened the ticket.")
-        c.execute(delete(Draft).where(Draft.ticket_id == ticket_id))  # sent: in the thread
-        c.execute(
-            update(Ticket)
-            .where(Ticket.id == ticket_id)
-            .values(status="new", reply=None, replied_at=None, round=Ticket.round + 1)
-            .values(version=Ticket.version + 1)
-            .values(updated_at=utcnow())
-        )
+        _next_round(c, ticket_id)
     return True
+
+
+def _next_round(c: Connection, ticket_id: int) -> None:
+    c.execute(delete(Draft).where(Draft.ticket_id == ticket_id))  # kept in the thread
+    c.execute(
+        update(Ticket)
+        .where(Ticket.id == ticket_id)
+        .values(status="new", reply=None, replied_at=None, round=Ticket.round + 1)
+        .values(version=Ticket.version + 1)
+        .values(updated_at=utcnow())
+    )
+
+
+_UNREAD = (
+    select(Message.id)
+    .where(
+        Message.ticket_id == bindparam("ticket_id_"),
+        Message.kind == "customer",
+        Message.id > bindparam("seen_"),
+    )
+    .limit(1)
+)
+_ROUND_ENDED = select(Ticket.id).where(
+    Ticket.id == bindparam("ticket_id_"),
+    Ticket.round == bindparam("round_"),
+    Ticket.status.in_(RERUN_STATUSES),
+)
+
+
+def follow_up(db: Database, scope: RoundScope) -> bool:
+    """After a round of the ticket ended (a draft, an answer, a person, a failure): if the
+    customer wrote since the round read the thread (a message newer than ``scope.seen``),
+    start the next round now, on the whole thread; True if it did. Nothing happens if the
+    ticket is not resting where this round left it (``scope.round`` moved on: the
+    customer's reply already reran it), so a round is followed up once, whenever this
+    runs again (a durable step replayed)."""
+    if scope.seen is None:
+        return False
+    params = {"ticket_id_": scope.ticket_id, "round_": scope.round, "seen_": scope.seen}
+    with db.read_connection() as c:  # the usual case (nobody wrote) takes no write lock
+        if c.execute(_UNREAD, params).first() is None:
+            return False
+    with db.write_connection() as c:
+        resting = c.execute(_ROUND_ENDED.with_for_update(), params).first()
+        if resting is None or c.execute(_UNREAD, params).first() is None:
+            return False
+        add_message(c, scope.ticket_id, "system", RUNS_AGAIN, public=False)
+        _next_round(c, scope.ticket_id)
+    return True
+
+
+class RoundScope(Protocol):
+    """What :func:`follow_up` reads of a round (a :class:`~tether_desk.agent.TicketScope`)."""
+
+    @property
+    def ticket_id(self) -> int: ...
+    @property
+    def seen(self) -> int | None: ...
+    @property
+    def round(self) -> int: ...
 
 
 def add_note(db: Database, ticket_id: int, staff_id: int, body: str) -> int:

@@ -66,6 +66,7 @@ from tether_desk.pipeline import (
     store_approval,
     ticket_status,
 )
+from tether_desk.thread import follow_up
 from tether_desk.triage import classify
 
 log = logging.getLogger("tether_desk")
@@ -177,10 +178,17 @@ class Flow:
         out: T = done["out"]
         return out
 
+    async def follow_up(self, scope: TicketScope) -> None:
+        """The ticket's next round if the customer wrote while this one ran
+        (:func:`tether_desk.thread.follow_up`). Not a step: it does its work once however
+        often it runs (a replay finds the round moved on), and its answer steers nothing."""
+        await retry_transient(lambda: asyncio.to_thread(follow_up, self.db, scope))
+
     # --- the ticket's workflow ----------------------------------------------------------
 
     async def ticket(self, ticket_id: int) -> str:
         self.ticket_id = ticket_id
+        scope: TicketScope | None = None
         try:
             triaged = await self._triage(ticket_id)
             if "status" in triaged:  # not a new ticket (processed by the plain pipeline)
@@ -205,6 +213,8 @@ class Flow:
             log.exception("ticket %s failed in the durable pipeline", ticket_id)
             await self.effect("failed", set_status, self.db, ticket_id, "failed")
             outcome = "failed"
+        if scope is not None and outcome != "awaiting_approval":
+            await self.follow_up(scope)
         await self.at("ticket.done")
         self.desk.changed(ticket_id)
         return outcome
@@ -282,6 +292,8 @@ class Flow:
         deps = replace(agent.deps, approved_by=approver if decision.approved else None)
         result = await agent.resume(state, decisions, deps=deps)
         outcome = await self._go_on(scope, recorder, agent, result)
+        if outcome != "awaiting_approval":
+            await self.follow_up(scope)
         await self.at("approval.done")
         self.desk.changed(scope.ticket_id)
         return outcome
