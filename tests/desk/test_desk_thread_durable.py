@@ -1,6 +1,7 @@
 """A reopened ticket on the durable desk (``tether serve``'s default): the customer's reply
 starts the ticket's next round, a workflow of its own, which proposes from the new
-message; queueing again runs each round once."""
+message; queueing again runs each round once. A reply while the ticket is triaged or its
+refund waits starts the next round once the workflow in progress ends."""
 
 from __future__ import annotations
 
@@ -9,18 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 from dbos import DBOS
-from helpers import customer_id, pending_approval, staff_id, ticket_id_by_order
+from helpers import customer_id, pending_approval, staff_id, ticket, ticket_id_by_order
 from sqlalchemy import select
+from test_desk_thread_rounds import Hooked
 
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import decide
 from tether_desk.durable import DurableDesk, DurableSettings, workflow_id
 from tether_desk.models import Ticket
 from tether_desk.pipeline import Desk
-from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
-from tether_desk.thread import customer_reply
-from tether_desk.tickets import send_reply
+from tether_desk.thread import RUNS_AGAIN, customer_reply, thread
+from tether_desk.tickets import open_ticket, send_reply
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def durable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
     db = Database(sqlite_url(tmp_path_factory.mktemp("durable-thread") / "desk.db"))
     db.migrate()
     seed(db)
-    desk = Desk(db, DeskScriptedModel())
+    desk = Desk(db, Hooked())
     runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05))
     asyncio.run(runs.start())
     yield desk
@@ -66,3 +67,38 @@ async def test_a_reopened_ticket_runs_again_as_its_next_round(durable: Desk) -> 
     second = pending_approval(db, tid)
     assert second is not None and second.amount_cents == 500 and second.id != first.id
     assert (await DBOS.get_workflow_status_async(workflow_id(tid, 1))) is not None
+
+
+async def test_a_reply_during_a_durable_round_runs_the_next_one_when_it_ends(
+    durable: Desk,
+) -> None:
+    db, runs, model = durable.db, durable.runs, durable.client
+    assert runs is not None and isinstance(model, Hooked)
+    lea = customer_id(db, "lea.bernard@client.example")
+    asked = "Puis-je changer l'adresse de livraison, rue des Lilas ?"
+    address = open_ticket(db, lea, "C-3107", "Adresse", asked)  # a person's, until...
+    said = "Et le colis est arrive casse, remboursez 20 EUR."
+    model.only = "rue des Lilas"
+    model.hooks["triage"] = lambda: customer_reply(db, lea, address, said)
+    await runs.submit_new()
+    for _ in range(1200):  # its round ends (a person's), and the next one is due
+        if ticket(db, address).round == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert ticket(db, address).status == "new"
+    assert await runs.submit_new() >= 1
+    await until(db, address, "awaiting_approval")
+    first = pending_approval(db, address)
+    assert first is not None and first.amount_cents == 2000
+
+    # a reply while that refund waits: the approval's workflow runs the next round after it
+    assert not customer_reply(db, lea, address, "Et 4 EUR de frais de port, svp.")
+    await decide(durable, first.id, staff_id(db), approve=True)
+    await until(db, address, "new")
+    assert await runs.submit_new() >= 1
+    await until(db, address, "awaiting_approval")
+    second = pending_approval(db, address)
+    assert second is not None and second.amount_cents == 400
+    rounds = [m.body for m in thread(db, address, staff=True)].count(RUNS_AGAIN)
+    assert rounds == 2
+    assert (await DBOS.get_workflow_status_async(workflow_id(address, 2))) is not None

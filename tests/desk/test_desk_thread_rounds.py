@@ -29,18 +29,20 @@ MORE = "Il manque aussi le chargeur : 5 EUR."
 
 class Hooked(DeskScriptedModel):
     """The scripted model, running ``hooks["triage"]`` or ``hooks["agent"]`` (once) in a
-    thread before its next request of that kind: the customer writes meanwhile."""
+    thread before its next request of that kind (whose messages hold ``only``, if set):
+    the customer writes meanwhile."""
 
     def __init__(self) -> None:
         super().__init__()
         self.hooks: dict[str, Callable[[], object]] = {}
+        self.only = ""
 
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], options: ChatOptions
     ) -> ChatResponse:
-        hook = self.hooks.pop("agent" if tools else "triage", None)
-        if hook is not None:
-            await asyncio.to_thread(hook)
+        kind = "agent" if tools else "triage"
+        if kind in self.hooks and self.only in "".join(m.text for m in messages):
+            await asyncio.to_thread(self.hooks.pop(kind))
         return await super().complete(messages, tools, options)
 
 
