@@ -28,6 +28,7 @@ from typing import Protocol, TextIO
 from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from tether.errors import ConfigError
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.models import Customer, Notification, Order, Staff, Ticket
@@ -69,6 +70,31 @@ class PrintMailer:
     def send(self, message: EmailMessage) -> None:
         print(f"--- e-mail to {message['To']}: {message['Subject']}", file=self.stream)
         print(message.get_content().rstrip(), file=self.stream, flush=True)
+
+
+def mailer_spec(mailer: Mailer | None) -> str:
+    """``mailer`` as text another process rebuilds with :func:`mailer_of` (``print``,
+    ``smtp:HOST:PORT``; empty for none)."""
+    if mailer is None:
+        return ""
+    if isinstance(mailer, PrintMailer):
+        return "print"
+    if isinstance(mailer, SmtpMailer):
+        return f"smtp:{mailer.host}:{mailer.port}:{mailer.timeout}"
+    raise ConfigError(f"a {type(mailer).__name__} cannot be handed to worker processes")
+
+
+def mailer_of(spec: str) -> Mailer | None:
+    """The mailer :func:`mailer_spec` wrote as ``spec``."""
+    if not spec:
+        return None
+    if spec == "print":
+        return PrintMailer()
+    kind, _, rest = spec.partition(":")
+    host, port, timeout = rest.rsplit(":", 2) if kind == "smtp" else ("", "", "")
+    if not host or not port.isdigit():
+        raise ConfigError(f"{spec!r} names no mailer; write print or smtp:HOST:PORT:TIMEOUT")
+    return SmtpMailer(host, int(port), float(timeout))
 
 
 def _insert(connection: Connection, key: str, to: str, subject: str, body: str) -> None:

@@ -3,7 +3,8 @@
 The serve command calls :func:`serve_workers`: it makes the database's secrets, puts what
 the workers need in their environment (the database, already created, migrated and
 seeded; the model spec; the kind of runs), and each worker builds its console here
-(:func:`app_from_environment`).
+(:func:`app_from_environment`). Each worker sends the notifications through the mailer
+the serve command was given (``--smtp``, ``--print-mail``).
 
 * Plain (``--plain``): each worker processes new tickets too (a claim keeps each ticket to
   one) and loads the model; decided runs that never continued are resumed once, by the
@@ -40,6 +41,10 @@ MODEL_ENV = "TETHER_DESK_SERVE_MODEL"
 RUNS_ENV = "TETHER_DESK_SERVE_RUNS"
 """``durable`` (workers are consoles of the durable queue) or ``plain`` (set by ``tether
 serve``; absent: plain)."""
+MAIL_ENV = "TETHER_DESK_SERVE_MAIL"
+"""Where each worker's outbox sends notifications (:func:`tether_desk.notify.mailer_spec`:
+``print``, ``smtp:HOST:PORT``; empty: they stay queued). Every worker runs an outbox; its
+claims keep each e-mail to one of them."""
 
 
 class NoModel(BaseChatClient):
@@ -68,8 +73,10 @@ def app_from_environment() -> FastAPI:
 
         spec = os.environ[MODEL_ENV]
         desk = Desk(db, desk_client(spec, say=lambda _: None), desk_triage_client(spec))
+    from tether_desk.notify import mailer_of
     from tether_desk.web.settings import WebSettings
 
+    desk.mailer = mailer_of(os.environ.get(MAIL_ENV, ""))
     return create_app(desk, recover=False, settings=WebSettings.from_env(os.environ))
 
 
@@ -85,6 +92,9 @@ def serve_workers(desk: Desk, spec: str, host: str, port: int, workers: int) -> 
     os.environ[DB_ENV] = desk.db.url
     os.environ[MODEL_ENV] = spec
     os.environ[RUNS_ENV] = "plain" if desk.runs is None else "durable"
+    from tether_desk.notify import mailer_spec
+
+    os.environ[MAIL_ENV] = mailer_spec(desk.mailer)
     with tickets_running(desk):
         uvicorn.run(
             "tether_desk.web.served:app_from_environment",
