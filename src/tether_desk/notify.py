@@ -2,15 +2,33 @@
 member when a refund waits for approval.
 
 A notification is a row of ``notifications`` written in the same transaction as the event
-it tells of (the reply sent, the approval stored), under a unique key: the event and its
-e-mail are committed together or not at all, and an event recorded twice (a durable step
-run again) queues one e-mail. :class:`Outbox` sends what is due through a
-:class:`Mailer` (:class:`SmtpMailer`: the standard library's ``smtplib``; or
-:class:`PrintMailer`), claiming each row first so that two processes never send the same
-one, and marking it sent afterwards. A process killed after the commit and before sending
-loses nothing: the next start sends it, once. Killed during the SMTP exchange itself, the
-row is sent again after :data:`CLAIM_SECONDS` with the same ``Message-ID``, which
-receivers use to drop the duplicate. The agent has no tool that reaches any of this.
+it tells of (the reply sent, the approval stored; on the durable desk, inside the step
+that records it), under a unique key: the event and its e-mail are committed together or
+not at all, and an event recorded twice (a durable step run again) queues one e-mail.
+:class:`Outbox` sends what is due through a :class:`Mailer` (:class:`SmtpMailer`: the
+standard library's ``smtplib``; or :class:`PrintMailer`).
+
+What "never sends twice, never loses one" means with SMTP, exactly:
+
+* **Never lost.** A row is marked sent only after the server accepted the message (its
+  ``250`` to the end of the data). A process killed at any point before that (after the
+  commit, before or inside the SMTP exchange) leaves the row unsent, and it is sent at
+  the next start, or by another process once the claim's lease (:data:`CLAIM_SECONDS`)
+  has run out. A refusal or an unreachable server is retried with a growing delay, up to
+  :data:`MAX_ATTEMPTS` times (about two hours); a row given up on stays in the table with
+  its last error and is counted in the metrics (``desk_notifications{state="given_up"}``).
+* **Sent once, except in one window SMTP cannot close.** Two processes never send the
+  same row: each claims it first (one conditional update), and a process never sends the
+  end of the data once less than its mailer's ``timeout`` remains of its lease, so it is
+  done, one way or the other, before another process may take the row over. The one
+  window: the server has accepted the message and the process dies (or loses the server's
+  reply, or cannot write to the database) before it records that. SMTP has no two-phase
+  commit, so no client can close it; here it lasts one local write: the row is marked sent
+  as soon as the ``250`` arrives, before ``QUIT``. An e-mail sent again after that window
+  carries the same ``Message-ID`` (from the row's key), which mail servers and clients use
+  to drop the duplicate.
+
+The agent has no tool that reaches any of this.
 """
 
 from __future__ import annotations
@@ -20,6 +38,8 @@ import contextlib
 import logging
 import smtplib
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from email.message import EmailMessage
@@ -36,29 +56,81 @@ from tether_desk.money import format_cents
 
 log = logging.getLogger("tether_desk")
 CLAIM_SECONDS = 60
-"""How long a claimed notification is left to the process that claimed it."""
-MAX_ATTEMPTS = 8
+"""How long a claimed notification is left to the process that claimed it (its lease)."""
+MAX_ATTEMPTS = 12
+"""Attempts before a notification is given up on (left unsent, with its last error)."""
+RETRY_SECONDS = 5
+"""The delay after a first failed attempt; it doubles with each, up to :data:`RETRY_CAP`."""
+RETRY_CAP = 1_800
 SENDER = "support@desk.example"
 
 
+class LeaseTooShort(smtplib.SMTPException):
+    """Too little of the claim's lease remains to finish the exchange: nothing was sent."""
+
+
 class Mailer(Protocol):
-    """Sends one e-mail (blocking; the outbox calls it in a thread)."""
+    """Sends e-mails (blocking; the outbox calls it in a thread)."""
 
-    def send(self, message: EmailMessage) -> None:
-        """Send ``message`` or raise."""
+    def send(self, message: EmailMessage, deadline: float) -> None:
+        """Send ``message`` or raise; return once the server has accepted it. Never start
+        handing it over (the end of the data) unless the answer can come before
+        ``deadline`` (a :func:`time.monotonic` value): raise :class:`LeaseTooShort`."""
+
+    def close(self) -> None:
+        """End the connection, if one is open (after each batch)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SmtpMailer:
-    """Sends through an SMTP server (``smtplib``), one connection per e-mail."""
+    """Sends through an SMTP server (``smtplib``), one connection per batch. ``timeout``
+    bounds each exchange with the server (connecting, each command, each reply)."""
 
     host: str = "127.0.0.1"
     port: int = 25
     timeout: float = 10.0
+    _smtp: smtplib.SMTP | None = field(default=None, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
 
-    def send(self, message: EmailMessage) -> None:
-        with smtplib.SMTP(self.host, self.port, timeout=self.timeout) as smtp:
-            smtp.send_message(message)
+    def send(self, message: EmailMessage, deadline: float) -> None:
+        with self._lock:
+            try:
+                self._send(message, deadline)
+            except BaseException:
+                self._drop()  # a failed exchange leaves the connection in doubt
+                raise
+
+    def _send(self, message: EmailMessage, deadline: float) -> None:
+        if self._smtp is None:
+            self._smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+        smtp = self._smtp
+        sender, to = str(message["From"]), str(message["To"])
+        smtp.ehlo_or_helo_if_needed()
+        code, reply = smtp.mail(sender)
+        if code != 250:
+            raise smtplib.SMTPSenderRefused(code, reply, sender)
+        code, reply = smtp.rcpt(to)
+        if code not in (250, 251):
+            raise smtplib.SMTPRecipientsRefused({to: (code, reply)})
+        if time.monotonic() + self.timeout > deadline:
+            raise LeaseTooShort("too little of the claim's lease is left; sent later")
+        code, reply = smtp.data(message.as_bytes())  # the server's answer: accepted or not
+        if code != 250:
+            raise smtplib.SMTPDataError(code, reply)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._smtp is not None:
+                with contextlib.suppress(OSError, smtplib.SMTPException):
+                    self._smtp.quit()
+                self._drop()
+
+    def _drop(self) -> None:
+        smtp, self._smtp = self._smtp, None
+        if smtp is not None:
+            smtp.close()
 
 
 @dataclass(slots=True)
@@ -67,9 +139,12 @@ class PrintMailer:
 
     stream: TextIO = field(default_factory=lambda: sys.stdout)
 
-    def send(self, message: EmailMessage) -> None:
+    def send(self, message: EmailMessage, deadline: float) -> None:
         print(f"--- e-mail to {message['To']}: {message['Subject']}", file=self.stream)
         print(message.get_content().rstrip(), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
 
 
 def mailer_spec(mailer: Mailer | None) -> str:
@@ -137,13 +212,30 @@ _CLAIM = (
 )
 
 
-class Outbox:
-    """Sends the queued notifications through ``mailer`` (see the module doc)."""
+def retry_delay(attempts: int, first: float = RETRY_SECONDS) -> float:
+    """Seconds before a notification that failed ``attempts`` times is tried again."""
+    return float(min(first * 2 ** max(attempts - 1, 0), RETRY_CAP))
 
-    def __init__(self, db: Database, mailer: Mailer, *, sender: str = SENDER) -> None:
+
+class Outbox:
+    """Sends the queued notifications through ``mailer`` (see the module doc).
+    ``lease``: seconds a claim is left to this process; ``retry_seconds``: the delay after
+    a first failure (tests shorten both)."""
+
+    def __init__(
+        self,
+        db: Database,
+        mailer: Mailer,
+        *,
+        sender: str = SENDER,
+        lease: float = CLAIM_SECONDS,
+        retry_seconds: float = RETRY_SECONDS,
+    ) -> None:
         self.db = db
         self.mailer = mailer
         self.sender = sender
+        self.lease = lease
+        self.retry_seconds = retry_seconds
         self._wake = asyncio.Event()
 
     def kick(self) -> None:
@@ -151,7 +243,7 @@ class Outbox:
         self._wake.set()
 
     def _due(self) -> list[Notification]:
-        stale = utcnow() - timedelta(seconds=CLAIM_SECONDS)
+        stale = utcnow() - timedelta(seconds=self.lease)
         with self.db.read() as s:
             rows = s.scalars(
                 select(Notification)
@@ -167,15 +259,29 @@ class Outbox:
                 s.expunge(r)
             return list(rows)
 
-    def _claim(self, row: Notification) -> bool:
+    def _claim(self, row: Notification) -> float | None:
+        """Claim ``row``; the :func:`time.monotonic` deadline of the lease, or ``None``
+        if another process holds it."""
+        started = time.monotonic()
         now = utcnow()
-        stale = now - timedelta(seconds=CLAIM_SECONDS)
+        stale = now - timedelta(seconds=self.lease)
         with self.db.write_connection() as c:
-            return bool(c.execute(_CLAIM, {"id_": row.id, "stale_": stale, "now_": now}).rowcount)
+            won = c.execute(_CLAIM, {"id_": row.id, "stale_": stale, "now_": now}).rowcount
+        return started + self.lease if won else None
 
-    def _finish(self, row: Notification, error: str = "") -> None:
+    def _sent(self, row: Notification) -> None:
         with self.db.write_connection() as c:
-            values = {"last_error": error, "claimed_at": None} if error else {"sent_at": utcnow()}
+            c.execute(
+                update(Notification).where(Notification.id == row.id).values(sent_at=utcnow())
+            )
+
+    def _failed(self, row: Notification, error: str) -> None:
+        """Keep ``row`` for a later attempt: its claim now holds it for the retry delay."""
+        until = utcnow() - timedelta(
+            seconds=self.lease - retry_delay(row.attempts + 1, self.retry_seconds)
+        )
+        values = {"last_error": error[:1000], "claimed_at": until}
+        with self.db.write_connection() as c:
             c.execute(update(Notification).where(Notification.id == row.id).values(**values))
 
     def _message(self, row: Notification) -> EmailMessage:
@@ -183,24 +289,28 @@ class Outbox:
         message["From"] = self.sender
         message["To"] = row.to_addr
         message["Subject"] = row.subject
-        message["Message-ID"] = f"<{row.key.replace(':', '.')}@tether-desk>"
+        message["Message-ID"] = message_id(row.key)
         message.set_content(row.body)
         return message
 
     async def deliver(self) -> int:
         """Send every due notification once; returns how many were sent."""
         sent = 0
-        for row in await asyncio.to_thread(self._due):
-            if not await asyncio.to_thread(self._claim, row):
-                continue  # another process has it
-            try:
-                await asyncio.to_thread(self.mailer.send, self._message(row))
-            except (OSError, smtplib.SMTPException) as exc:
-                log.warning("notification %s not sent: %s", row.key, exc)
-                await asyncio.to_thread(self._finish, row, f"{type(exc).__name__}: {exc}")
-                continue
-            await asyncio.to_thread(self._finish, row)
-            sent += 1
+        try:
+            for row in await asyncio.to_thread(self._due):
+                deadline = await asyncio.to_thread(self._claim, row)
+                if deadline is None:
+                    continue  # another process has it
+                try:
+                    await asyncio.to_thread(self.mailer.send, self._message(row), deadline)
+                except (OSError, smtplib.SMTPException) as exc:
+                    log.warning("notification %s not sent: %s", row.key, exc)
+                    await asyncio.to_thread(self._failed, row, f"{type(exc).__name__}: {exc}")
+                    continue
+                await asyncio.to_thread(self._sent, row)  # at once: before QUIT
+                sent += 1
+        finally:
+            await asyncio.to_thread(self.mailer.close)
         return sent
 
     async def run(self, poll_seconds: float = 2.0) -> None:
@@ -216,6 +326,11 @@ class Outbox:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll_seconds):
                     await self._wake.wait()
+
+
+def message_id(key: str) -> str:
+    """The ``Message-ID`` of the notification ``key``: the same at every attempt."""
+    return f"<{key.replace(':', '.')}@tether-desk>"
 
 
 def start_outbox(desk: HasMailer, poll_seconds: float = 2.0) -> asyncio.Task[None] | None:

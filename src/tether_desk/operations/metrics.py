@@ -21,11 +21,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, String, cast, create_engine, func, select, text
+from sqlalchemy import Engine, String, case, cast, create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
 from tether_desk.clock import utcnow
-from tether_desk.models import Approval, Run, RunEvent, Ticket
+from tether_desk.models import Approval, Notification, Run, RunEvent, Ticket
 from tether_desk.operations.attention import desk_runs, durable_client
 from tether_desk.operations.runs import STATE_WORDS
 from tether_desk.pipeline import Desk
@@ -43,6 +43,7 @@ class DeskCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         yield from self._tickets_and_approvals()
+        yield from self._notifications()
         yield from self._model()
         yield from self._runs()
         yield from self._steps()
@@ -67,6 +68,25 @@ class DeskCollector(Collector):
             "How long the oldest waiting approval has waited.",
             value=max(age, 0.0),
         )
+
+    def _notifications(self) -> Iterator[Any]:
+        from tether_desk.notify import MAX_ATTEMPTS
+
+        state = case((Notification.attempts >= MAX_ATTEMPTS, "given_up"), else_="queued")
+        family = GaugeMetricFamily(
+            "desk_notifications",
+            "E-mails not sent: queued (to be sent or retried) or given up after every attempt.",
+            labels=["state"],
+        )
+        counts = {"queued": 0, "given_up": 0}
+        with self.desk.db.read() as s:
+            rows = s.execute(
+                select(state, func.count()).where(Notification.sent_at.is_(None)).group_by(state)
+            )
+            counts.update({str(k): int(n) for k, n in rows})
+        for k, n in counts.items():
+            family.add_metric([k], n)
+        yield family
 
     def _model(self) -> Iterator[Any]:
         with self.desk.db.read() as s:
