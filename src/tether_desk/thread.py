@@ -145,7 +145,8 @@ def _cut(text: str, cap: int) -> str:
 def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
     """What the agent reads of the thread: the latest customer message (cut at
     :data:`LATEST_CAP`), the messages before it (the newest :data:`AGENT_RECENT`, each cut
-    at :data:`AGENT_EXCERPT`, each with its source), and how many were left out."""
+    at :data:`AGENT_EXCERPT`, each with its source), and what was left out or cut (in
+    words: the run's trace shows it beside the tool's result)."""
     params = {"ticket_id_": ticket_id}
     recent = connection.execute(_LATEST, params).all()
     total = int(connection.scalar(_COUNT, params) or 0)
@@ -157,6 +158,12 @@ def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
         latest_row = (latest.id, latest.body, latest.created_at)
     earlier = [r for r in reversed(recent) if r.id != latest_row[0]][-AGENT_RECENT:]
     shown = len(earlier) + 1
+    cut = sum(len(r.body) > AGENT_EXCERPT for r in earlier)
+    trimmed = [f"{total - shown} older message(s) left out; the newest are shown"] * (total > shown)
+    if cut:
+        trimmed.append(f"{cut} shown cut to {AGENT_EXCERPT} characters")
+    if len(latest_row[1]) > LATEST_CAP:
+        trimmed.append(f"the latest cut to {LATEST_CAP:,} characters")
     return {
         "latest": {
             "message": latest_row[0],
@@ -172,11 +179,7 @@ def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
             }
             for r in earlier
         ],
-        "left_out": (
-            f"{total - shown} older message(s) left out; the newest are shown"
-            if total > shown
-            else ""
-        ),
+        "left_out": "; ".join(trimmed),
     }
 
 

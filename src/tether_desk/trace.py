@@ -11,6 +11,7 @@ the run ends; a finished run can be read back from the database alone.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +56,16 @@ def _cap(text: str) -> str:
     return text if len(text) <= TEXT_CAP else f"{text[:TEXT_CAP]} [{len(text) - TEXT_CAP} more]"
 
 
+def _trimmed(result: str) -> str:
+    """What ``read_ticket`` left out of the thread or cut, as it told the model."""
+    try:
+        content = json.loads(result).get("content", {})
+    except (ValueError, AttributeError):
+        return ""
+    said = content.get("thread_left_out", "") if isinstance(content, dict) else ""
+    return said if isinstance(said, str) else ""
+
+
 def event_data(event: Event) -> tuple[str, dict[str, Any]] | None:
     """The row for one loop event (``None`` for events the trace does not keep)."""
     if isinstance(event, RunStarted):
@@ -81,7 +92,7 @@ def event_data(event: Event) -> tuple[str, dict[str, Any]] | None:
             "arguments": _cap(event.call.arguments_json()),
         }
     if isinstance(event, ToolCallFinished):
-        return "tool_finished", {
+        data = {
             "turn": event.turn,
             "call_id": event.call.id,
             "tool": event.call.name,
@@ -89,6 +100,9 @@ def event_data(event: Event) -> tuple[str, dict[str, Any]] | None:
             "is_error": event.result.is_error,
             "ms": round(event.seconds * 1000, 2),
         }
+        if event.call.name == "read_ticket" and (trimmed := _trimmed(event.result.content)):
+            data["context"] = f"thread trimmed for the model: {trimmed}"
+        return "tool_finished", data
     if isinstance(event, RunFinished):
         return "run_finished", {"outcome": event.outcome.kind, "reason": event.outcome.reason}
     return None

@@ -31,6 +31,7 @@ from tether_desk.scripted import DeskScriptedModel
 from tether_desk.thread import add_note, customer_reply, thread
 from tether_desk.thread_store import add_message
 from tether_desk.tickets import save_draft, send_reply
+from tether_desk.trace import RunRecorder, run_events
 
 
 async def _answered_refund(desk: Desk) -> int:
@@ -179,8 +180,10 @@ async def test_a_200_message_thread_keeps_the_agents_request_bounded(desk: Desk)
     whole_thread = sum(len(b) for b in stored) // 4
     assert whole_thread > 10 * AGENT_TOKEN_BOUND  # sending it all would not fit the bound
     model = Recording()
-    agent = refund_agent(model, desk.db, load_scope(desk.db, tid))
-    result = await agent.run(REFUND_PROMPT)
+    recorder = RunRecorder(desk.db, "long-thread", tid, "refund").start()
+    agent = refund_agent(model, desk.db, load_scope(desk.db, tid), [recorder])
+    result = await agent.run(REFUND_PROMPT, run_id="long-thread")
+    recorder.flush()
     assert result.outcome.kind == "awaiting_approval"
     assert result.state is not None and result.state.pending[0].arguments["amount"] == 9
     assert len(model.sizes) >= 2 and max(model.sizes) < AGENT_TOKEN_BOUND
@@ -191,6 +194,12 @@ async def test_a_200_message_thread_keeps_the_agents_request_bounded(desk: Desk)
     sources = {e["from"]: e["source"] for e in content["thread"]}
     assert "third party" in sources["customer"] and "trusted staff" in sources["note"]
     assert "model content" in sources["agent"]
+    # the run's trace says what the model was not shown
+    [read_row] = [e for e in run_events(desk.db, "long-thread") if e.kind == "tool_finished"][:1]
+    assert read_row.data["context"] == (
+        "thread trimmed for the model: 188 older message(s) left out; the newest are shown; "
+        "12 shown cut to 400 characters"
+    )
 
 
 async def test_a_degenerate_agent_draft_cannot_be_sent_unedited(db: Database) -> None:

@@ -14,7 +14,7 @@ function row(ev) {
   if (ev.kind === "model_request") text = "turn " + d.turn + ": request with " + d.messages + " message(s)";
   else if (ev.kind === "model_response") text = "turn " + d.turn + ": " + d.stop + " " + (d.calls || []).map(c => c.tool + "(" + c.arguments + ")").join(" ") + (d.text ? " \u201c" + d.text + "\u201d" : "") + " (" + d.input_tokens + " in / " + d.output_tokens + " out tokens)";
   else if (ev.kind === "tool_started") text = d.tool + "(" + d.arguments + ")";
-  else if (ev.kind === "tool_finished") text = d.tool + (d.is_error ? " error: " : " ok: ") + d.result;
+  else if (ev.kind === "tool_finished") text = d.tool + (d.is_error ? " error: " : " ok: ") + (d.context ? "[" + d.context + "] " : "") + d.result;
   else if (ev.kind === "approval_requested") text = "approval #" + d.approval + " requested for " + d.amount + " EUR";
   else if (ev.kind === "refused_by_desk") text = "call " + d.call_id + " refused by the desk: " + d.reason;
   else if (ev.kind === "dropped_by_desk") text = "call " + d.call_id + " dropped by the desk: " + d.reason;
