@@ -1,10 +1,12 @@
 """Fixtures of the desk's tests: a migrated SQLite file per test, seeded; a fresh
-PostgreSQL database per test on the session's server (``tests/conftest.py``)."""
+PostgreSQL database per test on the session's server (``tests/conftest.py``); for the
+browser tests, Debian's Chromium and ``tether serve`` on a fresh database."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -12,6 +14,10 @@ from tether_desk.db import Database, sqlite_url
 from tether_desk.pipeline import Desk
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
+
+if TYPE_CHECKING:
+    from desk_server import Served
+    from playwright.sync_api import Browser
 
 
 @pytest.fixture
@@ -36,3 +42,40 @@ def pg_db(pg_url: str) -> Iterator[Database]:
     seed(database)
     yield database
     database.dispose()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium through Playwright, one per test module (each page in a context
+    of its own: see ``browsing.log_in``)."""
+    from browsing import CHROMIUM, FLAGS
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is not installed: apt-get install chromium (.ci/run does)")
+    with sync_playwright() as p:
+        # launch() gives Chromium a fresh temporary profile (--user-data-dir) of its own
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def desk_server(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Served, Database]]:
+    """``tether serve`` on a fresh database, and that database: the scripted model whose
+    replies take the module's ``DESK_MODEL`` (or the test's parameter; default
+    ``scripted:0.3``). It must stop cleanly (and, with the module's ``NO_TRACEBACK``,
+    without a traceback in its output)."""
+    from desk_server import serve
+
+    path = tmp_path / "desk.db"
+    model = getattr(request, "param", getattr(request.module, "DESK_MODEL", "scripted:0.3"))
+    with serve(str(path), model=model) as served:
+        database = Database(sqlite_url(path))
+        yield served, database
+        database.dispose()
+    assert served.process.returncode == 0, served.output
+    if getattr(request.module, "NO_TRACEBACK", False):
+        assert "Traceback" not in served.output, served.output

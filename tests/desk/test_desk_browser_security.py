@@ -17,50 +17,25 @@ import json
 import re
 import threading
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from desk_server import Served, free_port, serve
+from browsing import VIEWPORT
+from desk_server import Served, free_port
 from helpers import pending_approval, refunds_by_order, ticket, ticket_id_by_order
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy import func, select
-from test_desk_browser import CHROMIUM, FLAGS
 
-from tether_desk.db import Database, sqlite_url
+from tether_desk.db import Database
 from tether_desk.models import Ticket, WebSession
 from tether_desk.tickets import draft_of
 
 STAFF = ("camille@desk.example", "camille-demo")
 MARIE = ("marie.dupont@client.example", "marie-demo")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is not installed: apt-get install chromium (.ci/run does)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def desk_server(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[tuple[Served, Database]]:
-    path = tmp_path / "desk.db"
-    model = getattr(request, "param", "scripted:0.3")
-    with serve(str(path), model=model) as served:
-        db = Database(sqlite_url(path))
-        yield served, db
-        db.dispose()
-    assert served.process.returncode == 0, served.output
-    assert "Traceback" not in served.output, served.output
+NO_TRACEBACK = True
 
 
 def context(browser: Browser) -> BrowserContext:
-    return browser.new_context(viewport={"width": 1280, "height": 860})
+    return browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
 
 
 def log_in(page: Page, url: str, account: tuple[str, str]) -> None:

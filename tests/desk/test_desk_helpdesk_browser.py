@@ -1,7 +1,8 @@
 """The helpdesk in Debian's Chromium against ``tether serve`` (durable, its default): a
 customer answers the reply and reopens the ticket; the agent runs again on the thread and
-its proposal cites the new message on the approval screen; staff add a note the customer
-never sees; assignment and search from the inbox; a saved reply fills the order's facts.
+its proposal cites the new message on the approval screen; the customer writes again while
+it waits and the approval screen shows it; staff add a note the customer never sees;
+assignment and search from the inbox; a saved reply fills the order's facts.
 
 ``DESK_SCREENSHOTS=DIR`` saves a screenshot of each step there (docs/screenshots).
 """
@@ -9,28 +10,15 @@ never sees; assignment and search from the inbox; a saved reply fills the order'
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from desk_server import Served, serve
+from browsing import log_in, shot
+from desk_server import Served
 from helpers import refunds_by_order
 from playwright.sync_api import Browser, Page, expect
-from test_desk_browser import browser, log_in, shot
 
-from tether_desk.db import Database, sqlite_url
+from tether_desk.db import Database
 
-__all__ = ["browser"]  # the module's Chromium fixture
-
-
-@pytest.fixture
-def desk_server(tmp_path: Path) -> Iterator[tuple[Served, Database]]:
-    path = tmp_path / "desk.db"
-    with serve(str(path), model="scripted:0.1") as served:
-        db = Database(sqlite_url(path))
-        yield served, db
-        db.dispose()
-    assert served.process.returncode == 0, served.output
+DESK_MODEL = "scripted:0.1"
 
 
 def wait_status(page: Page, words: str) -> None:
@@ -95,6 +83,18 @@ def test_reply_reopen_rerun_note_assign_search_saved_reply(
         f"the customer's message #{number}"
     )
     shot(staff, "staff-approval-cites-message")
+
+    # the customer writes again while that refund waits: nothing is interrupted, the
+    # approval screen shows what the proposal did not read
+    customer.goto(f"{url}/my/tickets/{tid}")
+    customer.fill("#reply-text", "Precision : c'etait dans le carton du bas.")
+    customer.click("#send-reply")
+    expect(customer.locator("#thread li.msg-customer").last).to_contain_text("carton du bas")
+    expect(customer.locator("#thread")).not_to_contain_text("runs again")
+    staff.reload()
+    expect(staff.locator("#wrote-since")).to_contain_text("carton du bas")
+    expect(staff.locator("#amount")).to_have_text("12.00 EUR")
+    shot(staff, "staff-approval-wrote-since")
 
     # an internal note the customer never sees
     staff.goto(f"{url}/staff/tickets/{tid}")

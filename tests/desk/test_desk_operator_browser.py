@@ -5,16 +5,14 @@ approval under the new version. With DESK_SCREENSHOTS set, it saves docs' screen
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
+from browsing import log_in, shot
 from desk_server import serve
 from durable_ops import wait_under
 from helpers import ticket_id_by_order
-from playwright.sync_api import Browser, expect, sync_playwright
-from test_desk_browser import CHROMIUM, FLAGS, log_in, shot
+from playwright.sync_api import Browser, expect
 
 from tether_desk.db import Database, sqlite_url
 from tether_desk.operations.roles import set_operator
@@ -23,15 +21,7 @@ from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
-
-
-def test_an_operator_sees_and_retries_a_stranded_run(chromium: Browser, tmp_path: Path) -> None:
+def test_an_operator_sees_and_retries_a_stranded_run(browser: Browser, tmp_path: Path) -> None:
     path = tmp_path / "desk.db"
     db = Database(sqlite_url(path))
     db.migrate()
@@ -42,7 +32,7 @@ def test_an_operator_sees_and_retries_a_stranded_run(chromium: Browser, tmp_path
         pool.submit(asyncio.run, setup).result()
     set_operator(db, "camille@desk.example")
     with serve(str(path)) as served:
-        page = log_in(chromium, served.url, "camille@desk.example", "camille-demo")
+        page = log_in(browser, served.url, "camille@desk.example", "camille-demo")
         page.goto(f"{served.url}/staff/operations/runs")
         waiting = page.locator(".runs-waiting .run-row")
         expect(waiting).to_have_count(1, timeout=30_000)  # the injected ticket, version 1
