@@ -9,6 +9,7 @@ of the previous prompt, and greedy decoding on a reused cache can round to anoth
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,12 +20,17 @@ from sqlalchemy import select
 from tether_desk.approvals import screen
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import decide
+from tether_desk.draft_quality import MAX_DRAFT, problems
+from tether_desk.errors import InvalidInput
 from tether_desk.models import Approval, Run
 from tether_desk.models_cli import desk_client, desk_triage_client
+from tether_desk.money import format_cents
 from tether_desk.orders import order_view
 from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.seed import seed
 from tether_desk.small_model import OfferUnanswered
+from tether_desk.tickets import draft_of, send_reply
+from tether_desk.trace import run_events
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +119,28 @@ async def test_the_same_ticket_reaches_it_again_after_other_conversations(
         approval, remaining = await proposal(desk, "C-1042")
         check_valid(desk, approval, remaining)
         db.dispose()
+
+
+async def test_the_embedded_models_draft_is_short_and_made_of_the_tools_facts(
+    offline: Desk,
+) -> None:
+    """After the approval the model writes the draft: under the draft limit, every amount
+    in it one the tools returned, and, if it is still degenerate, flagged and refused
+    unedited (greedy decoding loops on the last fact it read)."""
+    approval, remaining = await proposal(offline, "C-2210")
+    check_valid(offline, approval, remaining)
+    typed = format_cents(approval.amount_cents)
+    await decide(offline, approval.id, staff_id(offline.db), approve=True, typed_amount=typed)
+    tid = approval.ticket_id
+    draft = draft_of(offline.db, tid)
+    assert draft is not None and draft.author == "agent"
+    assert 0 < len(draft.body) <= MAX_DRAFT
+    said = " ".join(str(e.data.get("result", "")) for e in run_events(offline.db, approval.run_id))
+    amounts = set(re.findall(r"\d+\.\d{2}", draft.body))
+    assert amounts <= set(re.findall(r"\d+\.\d{2}", said)), (draft.body, said)
+    if problems(draft.body):
+        with pytest.raises(InvalidInput, match="Edit the agent's draft"):
+            send_reply(offline.db, tid, staff_id(offline.db))
+    else:
+        send_reply(offline.db, tid, staff_id(offline.db))
+    assert refunds_by_order(offline.db) == {"C-2210": approval.amount_cents}

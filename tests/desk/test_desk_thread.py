@@ -226,6 +226,16 @@ def test_draft_problems_name_repetition_length_and_placeholders() -> None:
     assert any("characters long" in p for p in problems("Texte varie numero. " * 30 + "x" * 900))
     looped = "Bonjour. " + "89.90 of 89.90 EUR refunded in total. " * 20
     assert tidy(looped) == "Bonjour. 89.90 of 89.90 EUR refunded in total."
+    # what the embedded model wrote: the tool's result, looping, cut by the length limit
+    cut = (
+        "Refunded: 1.00 EUR on C-2210; 1.00 of 35.00 EUR refunded in total. "
+        "1.00 of 35.00 EUR refunded in total. 1.00 of 35.00 EUR refunded in"
+    )
+    assert problems(cut) == ["It stops in the middle of a sentence it already wrote."]
+    assert problems("Bonjour. C'est fait. C'est fait.") == ['It repeats "c est fait" 2 times.']
+    assert tidy(cut) == "Refunded: 1.00 EUR on C-2210; 1.00 of 35.00 EUR refunded in total."
+    assert problems(tidy(cut)) == []
+    assert problems("Bonjour Paul,\n\nC'est fait.\n\nCordialement,\nLe support") == []
 
 
 def test_the_small_models_reply_is_tidied_before_it_becomes_a_draft() -> None:
