@@ -18,9 +18,10 @@ What "never sends twice, never loses one" means with SMTP, exactly:
   :data:`MAX_ATTEMPTS` times (about two hours); a row given up on stays in the table with
   its last error and is counted in the metrics (``desk_notifications{state="given_up"}``).
 * **Sent once, except in one window SMTP cannot close.** Two processes never send the
-  same row: each claims it first (one conditional update), and a process never sends the
-  end of the data once less than its mailer's ``timeout`` remains of its lease, so it is
-  done, one way or the other, before another process may take the row over. The one
+  same row: each claims it first (one conditional update), and a process never starts
+  handing the message over once less than three of its mailer's ``timeout`` remain of its
+  lease (the reply to ``DATA``, the data, the reply to its end), so it is done, one way
+  or the other, before another process may take the row over. The one
   window: the server has accepted the message and the process dies (or loses the server's
   reply, or cannot write to the database) before it records that. SMTP has no two-phase
   commit, so no client can close it; here it lasts one local write: the row is marked sent
@@ -114,7 +115,8 @@ class SmtpMailer:
         code, reply = smtp.rcpt(to)
         if code not in (250, 251):
             raise smtplib.SMTPRecipientsRefused({to: (code, reply)})
-        if time.monotonic() + self.timeout > deadline:
+        # what is left: the reply to DATA, sending the data, the reply to its end
+        if time.monotonic() + 3 * self.timeout > deadline:
             raise LeaseTooShort("too little of the claim's lease is left; sent later")
         code, reply = smtp.data(message.as_bytes())  # the server's answer: accepted or not
         if code != 250:

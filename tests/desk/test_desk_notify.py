@@ -218,11 +218,11 @@ DELIVER = textwrap.dedent(
 
     kind = DiesOnAcceptance if sys.argv[3] == "die" else SmtpMailer
     lease = float(sys.argv[4])
-    mailer = kind("127.0.0.1", int(sys.argv[2]), timeout=lease / 2)
+    mailer = kind("127.0.0.1", int(sys.argv[2]), timeout=lease / 4)
     asyncio.run(Outbox(Database(sys.argv[1]), mailer, lease=lease).deliver())
     """
 )
-LEASE = 3.0
+LEASE = 6.0
 
 
 def deliver_in_a_process(url: str, port: int, how: str) -> subprocess.Popen[str]:
@@ -289,8 +289,8 @@ async def test_an_e_mail_is_recorded_sent_before_quit_and_never_handed_over_late
     assert await short.deliver() == 0
     [row] = rows(desk.db)
     assert "lease" in row.last_error and server.messages == []
-    await asyncio.sleep(0.6)
-    fits = Outbox(desk.db, SmtpMailer("127.0.0.1", port, timeout=0.3), lease=0.5)
+    await asyncio.sleep(1.7)  # its retry delay, under the next outbox's lease
+    fits = Outbox(desk.db, SmtpMailer("127.0.0.1", port, timeout=0.5), lease=2)
     fits.retry_seconds = 0.1
     assert await fits.deliver() == 1
     assert len(server.messages) == 1
