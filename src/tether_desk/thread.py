@@ -234,12 +234,22 @@ def _next_round(c: Connection, ticket_id: int) -> None:
     )
 
 
+_ANSWERED_UP_TO = (
+    select(func.coalesce(func.max(Message.id), 0))
+    .where(
+        Message.ticket_id == bindparam("ticket_id_"),
+        Message.kind == "staff",
+        Message.author_id.is_not(None),  # a person's reply, not the desk's own answer
+    )
+    .scalar_subquery()
+)
 _UNREAD = (
     select(Message.id)
     .where(
         Message.ticket_id == bindparam("ticket_id_"),
         Message.kind == "customer",
         Message.id > bindparam("seen_"),
+        Message.id > _ANSWERED_UP_TO,
     )
     .limit(1)
 )
@@ -252,8 +262,9 @@ _ROUND_ENDED = select(Ticket.id).where(
 
 def follow_up(db: Database, scope: RoundScope) -> bool:
     """After a round of the ticket ended (a draft, an answer, a person, a failure): if the
-    customer wrote since the round read the thread (a message newer than ``scope.seen``),
-    start the next round now, on the whole thread; True if it did. Nothing happens if the
+    customer wrote since the round read the thread (a message newer than ``scope.seen``,
+    and than any reply a person sent: they answered it), start the next round now, on the
+    whole thread; True if it did. Nothing happens if the
     ticket is not resting where this round left it (``scope.round`` moved on: the
     customer's reply already reran it), so a round is followed up once, whenever this
     runs again (a durable step replayed)."""

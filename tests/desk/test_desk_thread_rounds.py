@@ -21,6 +21,7 @@ from tether_desk.decisions import claim_decision, decide, resume
 from tether_desk.pipeline import Desk, load_scope, process_ticket
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.thread import RUNS_AGAIN, WROTE_DURING_ROUND, customer_reply, follow_up, thread
+from tether_desk.tickets import save_draft, send_reply
 
 PAUL = "paul.martin@client.example"
 LEA = "lea.bernard@client.example"
@@ -158,3 +159,23 @@ async def test_a_reply_after_the_round_ended_reruns_it_and_the_late_follow_up_do
     assert await process_ticket(desk, tid) == "awaiting_approval"
     assert not follow_up(db, scope)
     assert ticket(db, tid).round == 1 and RUNS_AGAIN not in events(db, tid)
+
+
+async def test_a_reply_staff_answered_while_the_round_ran_does_not_rerun_it(
+    db: Database,
+) -> None:
+    """The customer wrote during the round and a person answered after reading it: their
+    reply stands (the agent's proposal is dropped) and nothing runs again."""
+    model = Hooked()
+    desk = Desk(db, model)
+    tid, paul = by_order(db, "C-2210"), customer_id(db, PAUL)
+
+    def both() -> None:
+        assert not customer_reply(db, paul, tid, MORE)
+        save_draft(db, tid, "Bonjour, nous remboursons 17 EUR (article et chargeur).", "staff")
+        send_reply(db, tid, staff_id(db))
+
+    model.hooks["agent"] = both
+    assert await process_ticket(desk, tid) == "answered"
+    assert ticket(db, tid).round == 0 and RUNS_AGAIN not in events(db, tid)
+    assert pending_approval(db, tid) is None
