@@ -179,3 +179,38 @@ async def test_a_reply_staff_answered_while_the_round_ran_does_not_rerun_it(
     assert await process_ticket(desk, tid) == "answered"
     assert ticket(db, tid).round == 0 and RUNS_AGAIN not in events(db, tid)
     assert pending_approval(db, tid) is None
+
+
+def test_on_the_console_the_next_round_runs_as_soon_as_the_decision_is_applied(
+    desk: Desk,
+) -> None:
+    """The plain console: the customer writes while the refund waits (the approval page
+    shows it), staff approve, and the next round runs at once, not at the worker's next
+    poll (5 s)."""
+    from starlette.testclient import TestClient
+    from webclient import hidden, login, wait_for
+
+    from tether_desk.web.app import create_app
+
+    base = "http://127.0.0.1"
+    tid = by_order(desk.db, "C-2210")
+    with (
+        TestClient(create_app(desk), base_url=base, follow_redirects=True) as staff,
+        TestClient(staff.app, base_url=base, follow_redirects=True) as paul,
+    ):
+        csrf = login(staff, "staff")
+        wait_for(lambda: pending_approval(desk.db, tid) is not None)
+        first = pending_approval(desk.db, tid)
+        assert first is not None
+        paul_csrf = login(paul, "paul")
+        paul.post(f"/my/tickets/{tid}/reply", data={"text": MORE, "csrftoken": paul_csrf})
+        page = staff.get(f"/staff/approvals/{first.id}").text
+        assert 'id="wrote-since"' in page and "chargeur" in page
+        form = {"decision": "approve", "csrftoken": csrf}
+        form["arguments_hash"] = hidden(page, "arguments_hash")
+        r = staff.post(f"/staff/approvals/{first.id}", data=form)
+        assert r.status_code == 200
+        wait_for(lambda: (pending_approval(desk.db, tid) or first).id != first.id, seconds=4)
+    second = pending_approval(desk.db, tid)
+    assert second is not None and second.amount_cents == 500
+    assert ticket(desk.db, tid).round == 1

@@ -73,6 +73,7 @@ class TicketWorker:
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._jobs.discard(task)
+        self._wake.set()  # a resumed run may have started the ticket's next round
         if not task.cancelled() and task.exception() is not None:
             log.error("background job failed", exc_info=task.exception())
 
