@@ -29,6 +29,9 @@ AGENT_RECENT = 12
 """Messages before the latest customer message that the agent reads (newest first)."""
 AGENT_EXCERPT = 400
 """Characters the agent reads of each of those messages."""
+SUMMARY_EVENTS = 5
+"""Events (refunds approved, denied, reopenings) among the left-out messages that the
+agent still reads, in full."""
 LATEST_CAP = 6_000
 """Characters the agent reads of the latest customer message."""
 CUSTOMER_TEXT_CAP = 8_000
@@ -145,8 +148,9 @@ def _cut(text: str, cap: int) -> str:
 def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
     """What the agent reads of the thread: the latest customer message (cut at
     :data:`LATEST_CAP`), the messages before it (the newest :data:`AGENT_RECENT`, each cut
-    at :data:`AGENT_EXCERPT`, each with its source), and what was left out or cut (in
-    words: the run's trace shows it beside the tool's result)."""
+    at :data:`AGENT_EXCERPT`, each with its source), what was left out or cut (in words:
+    the run's trace shows it beside the tool's result), and a summary of what was left
+    out (how many of each kind, and its latest events in full)."""
     params = {"ticket_id_": ticket_id}
     recent = connection.execute(_LATEST, params).all()
     total = int(connection.scalar(_COUNT, params) or 0)
@@ -164,6 +168,9 @@ def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
         trimmed.append(f"{cut} shown cut to {AGENT_EXCERPT} characters")
     if len(latest_row[1]) > LATEST_CAP:
         trimmed.append(f"the latest cut to {LATEST_CAP:,} characters")
+    summary = ""
+    if total > shown and earlier:
+        summary = _summary(connection, ticket_id, min(r.id for r in earlier))
     return {
         "latest": {
             "message": latest_row[0],
@@ -180,7 +187,47 @@ def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
             for r in earlier
         ],
         "left_out": "; ".join(trimmed),
+        "summary": summary,
     }
+
+
+_OLDER_KINDS = (
+    select(Message.kind, func.count())
+    .where(Message.ticket_id == bindparam("ticket_id_"), Message.id < bindparam("before_"))
+    .group_by(Message.kind)
+)
+_OLDER_EVENTS = (
+    select(Message.body)
+    .where(
+        Message.ticket_id == bindparam("ticket_id_"),
+        Message.id < bindparam("before_"),
+        Message.kind == "system",
+    )
+    .order_by(Message.id.desc())
+    .limit(SUMMARY_EVENTS)
+)
+_KIND_WORDS = {
+    "customer": "from the customer",
+    "staff": "staff replies",
+    "note": "internal notes",
+    "agent": "earlier drafts",
+    "system": "event(s)",
+}
+
+
+def _summary(connection: Connection, ticket_id: int, before: int) -> str:
+    """What the messages before ``before`` were, in one line: how many of each kind, and
+    the newest :data:`SUMMARY_EVENTS` events in full (refunds approved or denied: facts)."""
+    params = {"ticket_id_": ticket_id, "before_": before}
+    counts = dict(connection.execute(_OLDER_KINDS, params).all())
+    if not counts:
+        return ""
+    parts = [f"{counts[k]} {w}" for k, w in _KIND_WORDS.items() if counts.get(k)]
+    line = f"Those left out: {', '.join(parts)}."
+    events = [str(b) for b in connection.execute(_OLDER_EVENTS, params).scalars()][::-1]
+    if events:
+        line += f" Latest events among them: {' '.join(_cut(e, 200) for e in events)}"
+    return line
 
 
 def customer_reply(

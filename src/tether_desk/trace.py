@@ -62,8 +62,10 @@ def _trimmed(result: str) -> str:
         content = json.loads(result).get("content", {})
     except (ValueError, AttributeError):
         return ""
-    said = content.get("thread_left_out", "") if isinstance(content, dict) else ""
-    return said if isinstance(said, str) else ""
+    if not isinstance(content, dict):
+        return ""
+    said = [content.get("thread_left_out"), content.get("thread_summary")]
+    return " ".join(s for s in said if isinstance(s, str) and s)
 
 
 def event_data(event: Event) -> tuple[str, dict[str, Any]] | None:

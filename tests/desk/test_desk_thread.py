@@ -170,13 +170,14 @@ async def test_a_200_message_thread_keeps_the_agents_request_bounded(desk: Desk)
     tid = ticket_id_by_order(desk.db, "C-2210")
     para = "Je precise encore une fois le probleme avec ma commande et le colis. " * 12
     with desk.db.write_connection() as c:
+        add_message(c, tid, "system", "Refund of 3.00 EUR approved by Camille (support).")
         for i in range(199):
             kind = ("customer", "staff", "note", "agent")[i % 4]
             add_message(c, tid, kind, f"{i}: {para}", public=kind in ("customer", "staff"))
         add_message(c, tid, "customer", "Finalement il manque 9 EUR, merci.")
     with desk.db.read() as s:
         stored = s.scalars(select(MessageRow.body).where(MessageRow.ticket_id == tid)).all()
-    assert len(stored) == 201
+    assert len(stored) == 202
     whole_thread = sum(len(b) for b in stored) // 4
     assert whole_thread > 10 * AGENT_TOKEN_BOUND  # sending it all would not fit the bound
     model = Recording()
@@ -190,15 +191,20 @@ async def test_a_200_message_thread_keeps_the_agents_request_bounded(desk: Desk)
     read = next(r for m in result.transcript for r in m.tool_results if '"thread"' in r.content)
     content = json.loads(read.content)["content"]
     assert content["text"] == "Finalement il manque 9 EUR, merci."
-    assert content["thread_left_out"].startswith("188 older message(s) left out")
+    assert content["thread_left_out"].startswith("189 older message(s) left out")
+    assert content["thread_summary"].endswith(
+        "Latest events among them: Refund of 3.00 EUR approved by Camille (support)."
+    )
     sources = {e["from"]: e["source"] for e in content["thread"]}
     assert "third party" in sources["customer"] and "trusted staff" in sources["note"]
     assert "model content" in sources["agent"]
     # the run's trace says what the model was not shown
     [read_row] = [e for e in run_events(desk.db, "long-thread") if e.kind == "tool_finished"][:1]
     assert read_row.data["context"] == (
-        "thread trimmed for the model: 188 older message(s) left out; the newest are shown; "
-        "12 shown cut to 400 characters"
+        "thread trimmed for the model: 189 older message(s) left out; the newest are shown; "
+        "12 shown cut to 400 characters Those left out: 48 from the customer, 47 staff "
+        "replies, 47 internal notes, 46 earlier drafts, 1 event(s). Latest events among them: "
+        "Refund of 3.00 EUR approved by Camille (support)."
     )
 
 
