@@ -38,7 +38,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tether.guards.normalize import (
     decodings,
@@ -63,7 +63,7 @@ from tether.messages import Message, Text, ToolCall, ToolResult
 from tether.rulings import Ruling
 from tether.tools import RunContext, Tool
 
-__all__ = ["LARGE_RESULT", "OUTWARD", "ProvenancePolicy"]
+__all__ = ["LARGE_RESULT", "OUTWARD", "ArgumentRule", "ProvenancePolicy"]
 
 OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructive"})
 NAMED: frozenset[str] = frozenset({"user", "application"})
@@ -78,6 +78,26 @@ class _Finding:
     argument: str
     reason: str
     keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentRule:
+    """What :class:`ProvenancePolicy` requires of one argument of one tool, from its
+    settings: the rule it enforces and the blast-radius report states."""
+
+    role: str
+    """The argument's declared role (``counterparty``, ``object``, ``credential``)."""
+    passes: tuple[str, ...]
+    """Where a value may come from to pass unasked: ``user``, ``application`` (when the
+    policy has one), ``registry`` (``known_counterparty``), ``system`` (a system-of-record
+    field, for a traced object; asked once third-party text was read in the run)."""
+    other: Literal["allow", "ask", "deny"]
+    """Any other value: allowed, asked (denied past ``max_prompts``) or denied for good."""
+    rule: str
+    """The rule a ruling on such a value names (``provenance.scope``, ...); ``""`` when it
+    is allowed."""
+    traced: bool = False
+    """An object traced to the user's request (:mod:`tether.guards.objects`)."""
 
 
 @dataclass(slots=True)
@@ -114,6 +134,38 @@ class ProvenancePolicy:
     content_effects: frozenset[str] = OUTWARD
     """Effects whose content arguments must not copy third-party text
     (:meth:`~tether.guards.store.ProvenanceStore.copied_from`)."""
+
+    # --- declarations --------------------------------------------------------------------
+
+    def argument_rule(self, tool: Tool, argument: str) -> ArgumentRule | None:
+        """The rule this policy applies to ``argument`` of ``tool`` by its role (``None``:
+        none beyond the secret, credential-leak and content checks every call gets)."""
+        role = tool.roles.get(argument)
+        side = tool.effect in OUTWARD
+        named = ("user", "application") if self.application is not None else ("user",)
+        if role == "counterparty":
+            passes = (*named, "registry") if self.known_counterparty is not None else named
+            if self.scoped:
+                return ArgumentRule(role, passes, "deny", "provenance.scope")
+            if side:
+                other: Literal["ask", "deny"] = "deny" if self.strict else "ask"
+                return ArgumentRule(role, passes, other, "provenance.counterparty")
+            return ArgumentRule(role, passes, "allow", "")
+        traced = tool.effect in self.object_effects or tool.name in self.object_tools
+        if role == "object" and side and self.scoped:
+            return ArgumentRule(role, named, "deny", "provenance.scope", traced)
+        if role == "object" and traced:
+            return ArgumentRule(role, (*named, "system"), "ask", "provenance.object", True)
+        if role == "object" and side:
+            return ArgumentRule(role, named, "allow", "")
+        if role == "credential" and side:
+            return ArgumentRule(role, named, "ask", "provenance.credential_argument")
+        return None
+
+    @property
+    def can_ask(self) -> bool:
+        """Whether a call that would ask can be approved at all (``max_prompts`` above 0)."""
+        return self.max_prompts != 0
 
     # --- CallPolicy ----------------------------------------------------------------------
 
@@ -247,6 +299,7 @@ class ProvenancePolicy:
         side = effect in OUTWARD
         for name, value in call.arguments.items():
             role = tool.roles.get(name)
+            declared = self.argument_rule(tool, name)
             outward = effect == "communicate" or role in ("counterparty", "content")
             for text in strings_in(value):
                 named = store.trusted(text) if role == "counterparty" else None
@@ -260,7 +313,6 @@ class ProvenancePolicy:
                         and found.kind == "system"
                         and not mentioned_by_third_party(store, text)
                     )
-                known = False
                 secret = store.leaks(text) if effect != "credential" else None
                 if secret is not None:
                     yield _Finding(
@@ -283,9 +335,13 @@ class ProvenancePolicy:
                             f"{name} carries a value read through a credential tool; "
                             "it can never be sent out",
                         )
-                if role in ("counterparty", "object") and (side or role == "counterparty"):
-                    known = role == "counterparty" and await self._known(text, ctx)
-                    if self.scoped and not (is_named or known or in_task):
+                if declared is None:
+                    pass
+                elif declared.role in ("counterparty", "object") and declared.other != "allow":
+                    known = role == "counterparty" and (
+                        "registry" in declared.passes and await self._known(text, ctx)
+                    )
+                    if declared.rule == "provenance.scope" and not (is_named or known or in_task):
                         yield _Finding(
                             "deny",
                             "provenance.scope",
@@ -294,21 +350,29 @@ class ProvenancePolicy:
                             "user or the application); no approval can allow it",
                         )
                         continue
-                if side and role == "counterparty" and not (is_named or known):
-                    yield _Finding(
-                        "deny" if self.strict else "ask",
-                        "provenance.counterparty",
-                        name,
-                        f"{name} {text!r} was not given by the user or the application "
-                        f"({_origin(store, text)})",
-                        _grant_keys(tool, name, text),
-                    )
-                if role == "object" and (
-                    effect in self.object_effects or tool.name in self.object_tools
-                ):
-                    finding = self._object(tool, name, text, store)
-                    if finding is not None:
-                        yield finding
+                    if declared.rule == "provenance.counterparty" and not (is_named or known):
+                        yield _Finding(
+                            declared.other,
+                            "provenance.counterparty",
+                            name,
+                            f"{name} {text!r} was not given by the user or the application "
+                            f"({_origin(store, text)})",
+                            _grant_keys(tool, name, text),
+                        )
+                    if declared.traced:
+                        finding = self._object(tool, name, text, store)
+                        if finding is not None:
+                            yield finding
+                elif declared.rule == "provenance.credential_argument":
+                    given = store.trusted(text)
+                    if given is None or given.origin not in declared.passes:
+                        yield _Finding(
+                            "ask",
+                            "provenance.credential_argument",
+                            name,
+                            f"{name} is a credential the user did not give",
+                            _grant_keys(tool, name, text),
+                        )
                 if side and role in ("content", None):  # unroled arguments too
                     for v in _content_values(text):
                         if store.trusted(v) is None and not await self._known(v, ctx):
@@ -329,16 +393,6 @@ class ProvenancePolicy:
                             name,
                             f"{name} copies text written by a third party "
                             f"({', '.join(dict.fromkeys(copied))})",
-                            _grant_keys(tool, name, text),
-                        )
-                if side and role == "credential":
-                    named = store.trusted(text)
-                    if named is None or named.origin not in NAMED:
-                        yield _Finding(
-                            "ask",
-                            "provenance.credential_argument",
-                            name,
-                            f"{name} is a credential the user did not give",
                             _grant_keys(tool, name, text),
                         )
 
