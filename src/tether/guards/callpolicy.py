@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tether.guards.identity import settings_identity
 from tether.guards.normalize import (
     decodings,
     disguised,
@@ -161,6 +162,12 @@ class ProvenancePolicy:
         if role == "credential" and side:
             return ArgumentRule(role, named, "ask", "provenance.credential_argument")
         return None
+
+    @property
+    def state_identity(self) -> dict[str, Any] | None:
+        """The settings a paused run depends on, in the agent's fingerprint: those not at
+        their defaults (:func:`~tether.guards.identity.settings_identity`)."""
+        return settings_identity(self)
 
     @property
     def can_ask(self) -> bool:
