@@ -267,3 +267,17 @@ async def test_the_report_states_the_rule_the_policy_enforces() -> None:
         (ruled,) = [m for m in result.transcript if m.tool_results]
         denied = ruled.tool_results[0].is_error
         assert denied is (action == "denied"), ruled.tool_results[0].content
+
+
+def test_values_members_wrote_count_as_the_applications_in_the_report_too() -> None:
+    """The policy passes a counterparty from a member-written field (origin application)
+    even without an ``application`` hook; the report says so."""
+    policy = ProvenancePolicy(members=lambda author: author == "alice")
+    (dest,) = blast_radius(Surface("bank", [lookup, pay_tool()], policy=policy)).destinations
+    assert dest.tiers == {"user": "no_human", "application": "no_human", "any": "approval"}
+    assert policy.argument_rule(pay_tool(), "iban") == ArgumentRule(
+        "counterparty", ("user", "application"), "ask", "provenance.counterparty"
+    )
+    assert ProvenancePolicy().argument_rule(pay_tool(), "amount") == ArgumentRule(
+        "", ("user", "application", "system"), "ask", "provenance.content"
+    )

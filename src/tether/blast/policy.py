@@ -11,7 +11,7 @@ never goes out (by value match: a rewritten value is not recognised).
 from __future__ import annotations
 
 from tether.blast.report import TIER_RANK, Destination, Tier, weakest
-from tether.guards.callpolicy import OUTWARD, ArgumentRule, ProvenancePolicy
+from tether.guards.callpolicy import ArgumentRule, ProvenancePolicy
 from tether.tools import Tool
 
 __all__ = ["provenance_reach"]
@@ -22,14 +22,17 @@ def provenance_reach(
 ) -> tuple[Tier, list[str], list[str], list[Destination]]:
     """The tier, what it needs and what is refused, under the default call policy."""
     effect = tool.effect
-    side = effect in OUTWARD
     arg_tiers: list[Tier] = []
     needs: list[str] = []
     refused: list[str] = []
     dests: list[Destination] = []
+    content = False  # the policy checks the links, addresses, accounts in content
     for arg in tool.roles:
         declared = p.argument_rule(tool, arg)
         if declared is None:
+            continue
+        if declared.rule == "provenance.content":
+            content = True
             continue
         tiers = _tiers(declared, p.can_ask)
         if declared.role in ("counterparty", "object"):
@@ -46,7 +49,7 @@ def provenance_reach(
             other = tiers["any"]
             if other == "never":
                 refused.append(f"{arg}: any other value (no approval can allow it)")
-    if side and any(r == "content" for r in tool.roles.values()):
+    if content:
         needs.append(
             "links, addresses or account numbers in content from the user or application "
             "(any other: one approval)"
@@ -55,9 +58,8 @@ def provenance_reach(
         dests.append(
             Destination(tool=tool.name, argument="*", role="fixed", tiers={"fixed": "no_human"})
         )
-    outward = effect == "communicate" or any(
-        r in ("counterparty", "content") for r in tool.roles.values()
-    )
+    arguments = [*tool.spec.parameters.get("properties", {}), *tool.roles]
+    outward = any(p.sends_out(tool, a) for a in arguments)
     if outward:
         refused.append("a value read through a credential tool, in an outward argument (by value)")
     tier = weakest(*arg_tiers) if arg_tiers else "no_human"

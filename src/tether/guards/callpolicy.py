@@ -67,7 +67,6 @@ from tether.tools import RunContext, Tool
 __all__ = ["LARGE_RESULT", "OUTWARD", "ArgumentRule", "ProvenancePolicy"]
 
 OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructive"})
-NAMED: frozenset[str] = frozenset({"user", "application"})
 _CONTENT_KINDS = frozenset({"email", "url", "iban"})
 KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
 
@@ -140,10 +139,13 @@ class ProvenancePolicy:
 
     def argument_rule(self, tool: Tool, argument: str) -> ArgumentRule | None:
         """The rule this policy applies to ``argument`` of ``tool`` by its role (``None``:
-        none beyond the secret, credential-leak and content checks every call gets)."""
+        none beyond the secret and credential-leak checks every call gets). For content
+        (and an argument without a role), the rule is about the links, addresses and
+        account numbers it carries."""
         role = tool.roles.get(argument)
         side = tool.effect in OUTWARD
-        named = ("user", "application") if self.application is not None else ("user",)
+        vouches = self.application is not None or self.members is not None
+        named = ("user", "application") if vouches else ("user",)
         if role == "counterparty":
             passes = (*named, "registry") if self.known_counterparty is not None else named
             if self.scoped:
@@ -161,7 +163,21 @@ class ProvenancePolicy:
             return ArgumentRule(role, named, "allow", "")
         if role == "credential" and side:
             return ArgumentRule(role, named, "ask", "provenance.credential_argument")
+        if role in ("content", None) and side:  # links, addresses, account numbers in it
+            vouched = ("user", "application", "system")
+            passes = (*vouched, "registry") if self.known_counterparty is not None else vouched
+            return ArgumentRule(role or "", passes, "ask", "provenance.content")
         return None
+
+    @staticmethod
+    def sends_out(tool: Tool, argument: str) -> bool:
+        """Whether ``argument`` of ``tool`` carries its value out (any argument of a
+        ``communicate`` tool, a counterparty or content argument of any tool): a value read
+        through a credential tool is denied there, whatever approves."""
+        return tool.effect == "communicate" or tool.roles.get(argument) in (
+            "counterparty",
+            "content",
+        )
 
     @property
     def state_identity(self) -> dict[str, Any] | None:
@@ -307,10 +323,11 @@ class ProvenancePolicy:
         for name, value in call.arguments.items():
             role = tool.roles.get(name)
             declared = self.argument_rule(tool, name)
-            outward = effect == "communicate" or role in ("counterparty", "content")
+            outward = self.sends_out(tool, name)
             for text in strings_in(value):
                 named = store.trusted(text) if role == "counterparty" else None
-                is_named = named is not None and named.origin in NAMED
+                passes = declared.passes if declared is not None else ()
+                is_named = named is not None and named.origin in passes
                 in_task = False  # found by the agent's own reads: approvable in scope
                 if role == "object":
                     found = trace(store, text, object_kind(tool, name))
@@ -380,9 +397,12 @@ class ProvenancePolicy:
                             f"{name} is a credential the user did not give",
                             _grant_keys(tool, name, text),
                         )
-                if side and role in ("content", None):  # unroled arguments too
+                if declared is not None and declared.rule == "provenance.content":
                     for v in _content_values(text):
-                        if store.trusted(v) is None and not await self._known(v, ctx):
+                        given = store.trusted(v)
+                        if given is not None and given.origin in declared.passes:
+                            continue
+                        if "registry" not in declared.passes or not await self._known(v, ctx):
                             yield _Finding(
                                 "ask",
                                 "provenance.content",
