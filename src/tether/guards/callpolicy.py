@@ -38,8 +38,9 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from tether.guards.argument_rules import OUTWARD, ArgumentRule, argument_rule
 from tether.guards.identity import settings_identity
 from tether.guards.normalize import (
     decodings,
@@ -66,7 +67,6 @@ from tether.tools import RunContext, Tool
 
 __all__ = ["LARGE_RESULT", "OUTWARD", "ArgumentRule", "ProvenancePolicy"]
 
-OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructive"})
 _CONTENT_KINDS = frozenset({"email", "url", "iban"})
 KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
 
@@ -78,26 +78,6 @@ class _Finding:
     argument: str
     reason: str
     keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ArgumentRule:
-    """What :class:`ProvenancePolicy` requires of one argument of one tool, from its
-    settings: the rule it enforces and the blast-radius report states."""
-
-    role: str
-    """The argument's declared role (``counterparty``, ``object``, ``credential``)."""
-    passes: tuple[str, ...]
-    """Where a value may come from to pass unasked: ``user``, ``application`` (when the
-    policy has one), ``registry`` (``known_counterparty``), ``system`` (a system-of-record
-    field, for a traced object; asked once third-party text was read in the run)."""
-    other: Literal["allow", "ask", "deny"]
-    """Any other value: allowed, asked (denied past ``max_prompts``) or denied for good."""
-    rule: str
-    """The rule a ruling on such a value names (``provenance.scope``, ...); ``""`` when it
-    is allowed."""
-    traced: bool = False
-    """An object traced to the user's request (:mod:`tether.guards.objects`)."""
 
 
 @dataclass(slots=True)
@@ -138,36 +118,10 @@ class ProvenancePolicy:
     # --- declarations --------------------------------------------------------------------
 
     def argument_rule(self, tool: Tool, argument: str) -> ArgumentRule | None:
-        """The rule this policy applies to ``argument`` of ``tool`` by its role (``None``:
-        none beyond the secret and credential-leak checks every call gets). For content
-        (and an argument without a role), the rule is about the links, addresses and
-        account numbers it carries."""
-        role = tool.roles.get(argument)
-        side = tool.effect in OUTWARD
-        vouches = self.application is not None or self.members is not None
-        named = ("user", "application") if vouches else ("user",)
-        if role == "counterparty":
-            passes = (*named, "registry") if self.known_counterparty is not None else named
-            if self.scoped:
-                return ArgumentRule(role, passes, "deny", "provenance.scope")
-            if side:
-                other: Literal["ask", "deny"] = "deny" if self.strict else "ask"
-                return ArgumentRule(role, passes, other, "provenance.counterparty")
-            return ArgumentRule(role, passes, "allow", "")
-        traced = tool.effect in self.object_effects or tool.name in self.object_tools
-        if role == "object" and side and self.scoped:
-            return ArgumentRule(role, named, "deny", "provenance.scope", traced)
-        if role == "object" and traced:
-            return ArgumentRule(role, (*named, "system"), "ask", "provenance.object", True)
-        if role == "object" and side:
-            return ArgumentRule(role, named, "allow", "")
-        if role == "credential" and side:
-            return ArgumentRule(role, named, "ask", "provenance.credential_argument")
-        if role in ("content", None) and side:  # links, addresses, account numbers in it
-            vouched = ("user", "application", "system")
-            passes = (*vouched, "registry") if self.known_counterparty is not None else vouched
-            return ArgumentRule(role or "", passes, "ask", "provenance.content")
-        return None
+        """The rule this policy applies to ``argument`` of ``tool``, from its settings
+        (:func:`~tether.guards.argument_rules.argument_rule`); the rulings and the
+        blast-radius report both read it, so a subclass that overrides it changes both."""
+        return argument_rule(self, tool, argument)
 
     @staticmethod
     def sends_out(tool: Tool, argument: str) -> bool:
@@ -360,8 +314,8 @@ class ProvenancePolicy:
                             "it can never be sent out",
                         )
                 if declared is None:
-                    pass
-                elif declared.role in ("counterparty", "object") and declared.other != "allow":
+                    continue  # no rule of its role (the checks above apply to every value)
+                if declared.role in ("counterparty", "object") and declared.other != "allow":
                     known = role == "counterparty" and (
                         "registry" in declared.passes and await self._known(text, ctx)
                     )
@@ -397,7 +351,7 @@ class ProvenancePolicy:
                             f"{name} is a credential the user did not give",
                             _grant_keys(tool, name, text),
                         )
-                if declared is not None and declared.rule == "provenance.content":
+                if declared.rule == "provenance.content":
                     for v in _content_values(text):
                         given = store.trusted(v)
                         if given is not None and given.origin in declared.passes:
