@@ -153,7 +153,7 @@ def _count(db: Database, runs: Any) -> dict[str, collections.Counter[str]]:
     console alike) and on the durable log (DBOS in this process and the console's client)."""
     from dbos._dbos import _dbos_global_instance as dbos
 
-    engines = [dbos._sys_db.engine, runs._engine]  # the worker's log and the client's
+    engines = [dbos._sys_db.engine, getattr(runs, "_engine", None)]  # worker's and client's
     log: collections.Counter[str] = collections.Counter()
     for engine in engines:
         if engine is None:
