@@ -88,13 +88,21 @@ threads, its queue threads and its polling thread at once; with SQLAlchemy's def
 and ran its pragmas again, several times per step."""
 
 
-def _sqlite_engine(url: str, synchronous: str) -> Any:
+def sqlite_engine(url: str, synchronous: str = "NORMAL", pool_size: int = 2) -> Any:
+    """An engine on a SQLite durable log with the settings of :class:`DurableConfig`, for a
+    :class:`dbos.DBOSClient` (``system_database_engine=``; dispose of it after the
+    client): DBOS's own engine for a client has SQLite's default ``synchronous=FULL``,
+    which waits for the disk at each enqueue and each decision sent."""
+    return _sqlite_engine(url, synchronous, pool_size)
+
+
+def _sqlite_engine(url: str, synchronous: str, pool_size: int = SQLITE_POOL_SIZE) -> Any:
     """DBOS's SQLite engine (immediate transactions, a long busy timeout, foreign keys),
     in WAL mode: readers never block the writer, and a commit costs one append."""
     import sqlalchemy as sa
     from sqlalchemy import event
 
-    engine = sa.create_engine(url, pool_size=SQLITE_POOL_SIZE, max_overflow=SQLITE_POOL_SIZE)
+    engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size)
 
     @event.listens_for(engine, "connect")
     def setup(dbapi_conn: Any, _record: Any) -> None:
