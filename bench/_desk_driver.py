@@ -2,7 +2,7 @@
 path gives (this tree, or another revision's ``src`` for the comparison). Prints JSON.
 
     python bench/_desk_driver.py pipeline N time|count|profile
-    python bench/_desk_driver.py durable N time|profile
+    python bench/_desk_driver.py durable N time|count|profile
     python bench/_desk_driver.py flow PATH N
     python bench/_desk_driver.py inbox-db PATH N
 
@@ -110,19 +110,22 @@ def _where(file: str, name: str) -> str | None:
     return "other"
 
 
-def group(stats: pstats.Stats) -> dict[str, float]:
-    """Profile time by where the code lives; a built-in function's time (isinstance,
-    getattr...) goes to the groups of its callers, in proportion."""
+def group(stats: pstats.Stats, where: Any = None) -> dict[str, float]:
+    """Profile time by where the code lives (``where(file, name)``, default
+    :func:`_where`); a built-in function's time (isinstance, getattr...) goes to the
+    groups of its callers, in proportion. A group named ``idle`` is left out."""
+    where = where or _where
     out: collections.Counter[str] = collections.Counter()
     table = stats.stats  # type: ignore[attr-defined]
     for (file, _line, name), (_cc, _nc, tottime, _ct, callers) in table.items():
-        key = _where(file, name)
+        key = where(file, name)
         if key is not None:
             out[key] += tottime
             continue
         spent = sum(c[2] for c in callers.values()) or 1.0
         for (cfile, _cline, cname), c in callers.items():
-            out[_where(cfile, cname) or "other"] += tottime * c[2] / spent
+            out[where(cfile, cname) or "other"] += tottime * c[2] / spent
+    out.pop("idle", None)
     total = sum(out.values()) or 1.0
     return {k: v / total for k, v in out.items()}
 

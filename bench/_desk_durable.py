@@ -23,17 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 
+from _desk_driver import TEXT, count_statements, group
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, resume
-from tether_desk.models import Approval, Staff, Ticket
+from tether_desk.models import Approval, Order, Staff, Ticket
 from tether_desk.pipeline import Desk
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
 from tether_desk.tickets import open_ticket, send_reply
 
-TEXT = "Le colis est arrive abime, merci de me rembourser 20 EUR."
 CONSOLE_EVERY = 0.05
 """Seconds between two looks of the console's side at waiting approvals and drafts."""
 
@@ -121,10 +121,12 @@ async def durable(n: int, mode: str, warmup: int, add_orders: Any) -> dict[str, 
             await _batch(desk, customer, numbers[:warmup], staff)
             if profiler is not None:
                 profiler.clear()
+            counted = _count(db, runs) if mode == "count" else None
             load = os.getloadavg()[0]
             c0, t0 = time.process_time(), time.perf_counter()
             await _batch(desk, customer, numbers[warmup:], staff)
             cpu, seconds = time.process_time() - c0, time.perf_counter() - t0
+            steps = await _steps(runs, numbers[warmup])
         finally:
             await runs.stop()
             if profiler is not None:
@@ -135,12 +137,60 @@ async def durable(n: int, mode: str, warmup: int, add_orders: Any) -> dict[str, 
         "seconds": seconds,
         "cpu_ms": cpu / n * 1000,
         "load": load,
+        "steps": steps,
     }
+    if counted is not None:
+        out.update({k: {s: c / n for s, c in v.items()} for k, v in counted.items()})
     if profiler is not None:
-        out["shares"] = group(profiler.stats())
+        out["shares"] = group(profiler.stats(), _where)
         if os.environ.get("DESK_PROFILE_DUMP"):
             profiler.stats().dump_stats(os.environ["DESK_PROFILE_DUMP"])
     return out
+
+
+def _count(db: Database, runs: Any) -> dict[str, collections.Counter[str]]:
+    """Statements and transactions from now on: on the desk's database (workers and
+    console alike) and on the durable log (DBOS in this process and the console's client)."""
+    from dbos._dbos import _dbos_global_instance as dbos
+
+    engines = [dbos._sys_db.engine, getattr(runs, "_engine", None)]  # worker's and client's
+    log: collections.Counter[str] = collections.Counter()
+    for engine in engines:
+        if engine is None:
+            continue
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _statement(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            log["statements"] += 1
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            log["transactions"] += 1
+
+    return {"desk": count_statements(db), "log": log}
+
+
+async def _steps(runs: Any, number: str) -> dict[str, int]:
+    """The logged operations of one refund ticket's workflows, by name."""
+    from tether_desk.durable import workflow_id
+
+    with runs.desk.db.read_connection() as c:
+        ticket = c.scalar(select(Ticket.id).join(Order).where(Order.number == number))
+    names: collections.Counter[str] = collections.Counter()
+    for wid in (workflow_id(int(ticket)), *await _waits(runs, int(ticket))):
+        for step in await asyncio.to_thread(runs.client.list_workflow_steps, wid):
+            names[str(step["function_name"])] += 1
+    return dict(names)
+
+
+async def _waits(runs: Any, ticket: int) -> list[str]:
+    from tether_desk.durable import wait_id
+
+    with runs.desk.db.read_connection() as c:
+        rows = c.execute(
+            select(Approval.run_id, Approval.call_id).where(Approval.ticket_id == ticket)
+        ).all()
+    return [wait_id(r, c_) for r, c_ in rows]
 
 
 _IDLE = ("poll' of 'select", "acquire' of '_thread", "wait", "sleep", "get' of '_queue")
@@ -166,24 +216,6 @@ def _where(file: str, name: str) -> str | None:
         if part in file:
             return key
     return "other"
-
-
-def group(stats: pstats.Stats) -> dict[str, float]:
-    """Busy profile time by where the code lives (waiting left out); a built-in's time
-    goes to the groups of its callers, in proportion."""
-    out: collections.Counter[str] = collections.Counter()
-    table = stats.stats  # type: ignore[attr-defined]
-    for (file, _line, name), (_cc, _nc, tottime, _ct, callers) in table.items():
-        key = _where(file, name)
-        if key is not None:
-            out[key] += tottime
-            continue
-        spent = sum(c[2] for c in callers.values()) or 1.0
-        for (cfile, _cline, cname), c in callers.items():
-            out[_where(cfile, cname) or "other"] += tottime * c[2] / spent
-    out.pop("idle", None)
-    total = sum(out.values()) or 1.0
-    return {k: v / total for k, v in out.items()}
 
 
 async def flow(path: str, n: int, add_orders: Any) -> dict[str, Any]:

@@ -32,6 +32,10 @@ POLL = 0.1
 a freed place waits for the next look, and every look costs the worker some CPU."""
 
 
+IDLE_SECONDS = 3.0
+"""How long the workers are watched with an empty queue after a batch."""
+
+
 def desk_db(url: str, tickets: int) -> tuple[Database, list[int], int]:
     """A migrated, seeded desk with ``tickets`` refund tickets, each on its own order."""
     db = Database(url)
@@ -148,7 +152,9 @@ async def throughput(
     url: str, tickets: int, workdir: Path, workers: int, c: int, server_pid: int | None = None
 ) -> dict[str, float]:
     """Tickets per second, and CPU milliseconds per ticket in the workers, in this process
-    (the console's side) and in PostgreSQL (``server_pid``: its postmaster, if known)."""
+    (the console's side) and in PostgreSQL (``server_pid``: its postmaster, if known);
+    then a worker's CPU milliseconds per second with the queue empty (its polling, its
+    heartbeat and background loop: a cost by the second, not by the ticket)."""
     phase = Phase(url, tickets, workdir, c)
     await phase.runs.start()
     pg = (lambda: tree_cpu_seconds(server_pid)) if server_pid else (lambda: 0.0)
@@ -163,6 +169,9 @@ async def throughput(
         cpu = phase.cpu_seconds() - cpu
         console = time.process_time() - console
         pg_cpu = pg() - pg0
+        idle = phase.cpu_seconds()  # the queue empty: what polling and heartbeats cost
+        await asyncio.sleep(IDLE_SECONDS)
+        idle = (phase.cpu_seconds() - idle) / IDLE_SECONDS / workers
     finally:
         await phase.runs.stop()
         refunded, twice = phase.close()
@@ -173,6 +182,7 @@ async def throughput(
         "console_cpu_ms": console / tickets * 1000,
         "postgres_cpu_ms": pg_cpu / tickets * 1000 if server_pid else float("nan"),
         "seconds": seconds,
+        "idle_ms_per_s": idle * 1000,
     }
 
 

@@ -122,9 +122,20 @@ def pipeline(sides: dict[str, Path | None]) -> tuple[dict[str, dict[str, Any]], 
             "durable_per_s": n / sum(d["seconds"] for d in runs),
             "durable_cpu_ms": sum(d["cpu_ms"] * d["n"] for d in runs) / n,
             "durable_shares": driver(src, "durable", 100, "profile")["shares"],
+            **durable_counts(driver(src, "durable", 100, "count")),
         }
         out[name]["durable_ratio"] = out[name]["durable_cpu_ms"] / out[name]["cpu_mean_ms"]
     return out, rounds
+
+
+def durable_counts(got: dict[str, Any]) -> dict[str, float]:
+    """Logged operations of one refund ticket's workflows, and statements per ticket on the
+    durable log and on the desk's database."""
+    return {
+        "durable_steps": sum(got["steps"].values()),
+        "durable_log_statements": got["log"]["statements"],
+        "durable_desk_statements": got["desk"]["statements"],
+    }
 
 
 class Client:
@@ -327,6 +338,12 @@ ROWS = (
      "durable_cpu_ms", "", None),
     ("durable CPU / plain CPU, per ticket", "{:.1f}x", "p", "durable_ratio", "<= 2x",
      lambda v: v <= 2),
+    ("durable: logged operations per refund ticket (its two workflows)", "{:.0f}", "p",
+     "durable_steps", "", None),
+    ("durable: statements per ticket on the durable log", "{:.0f}", "p",
+     "durable_log_statements", "", None),
+    ("durable: statements per ticket on the desk's database", "{:.0f}", "p",
+     "durable_desk_statements", "", None),
     (f"inbox page, {INBOX_TICKETS:,} tickets, {CLIENTS} clients back to back, p50", "{:.1f} ms",
      "i", "p50_ms", "", None),
     ("the same, p95", "{:.1f} ms", "i", "p95_ms", "<= 100 ms", lambda v: v <= 100),

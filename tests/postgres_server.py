@@ -62,6 +62,8 @@ class PostgresServer:
     prefix: tuple[str, ...]
     host: str = "127.0.0.1"
     user: str = "postgres"
+    options: str = ""
+    """The server's command-line options (its port among them), kept for :meth:`start`."""
 
     @property
     def log(self) -> Path:
@@ -100,6 +102,23 @@ class PostgresServer:
             capture_output=True,
         )
         return status.returncode == 0
+
+    def _pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [*self.prefix, str(self.bindir / "pg_ctl"), "-D", str(self.root / "data")]
+        return subprocess.run([*command, *args], capture_output=True, text=True, cwd="/")
+
+    def stop(self) -> None:
+        """Stop the server (``fast``: open connections are closed at once), keeping its
+        data for :meth:`start`; an outage for a test that has a server of its own."""
+        done = self._pg_ctl("-m", "fast", "-w", "stop")
+        if done.returncode:
+            raise AssertionError(self.failure(f"pg_ctl stop failed: {done.stderr.strip()}"))
+
+    def start(self) -> None:
+        """Start the stopped server again, on the same port with the same data."""
+        done = self._pg_ctl("-o", self.options, "-l", str(self.log), "-w", "-t", "120", "start")
+        if done.returncode:
+            raise AssertionError(self.failure(f"pg_ctl start failed: {done.stderr.strip()}"))
 
     def failure(self, what: str) -> str:
         """A message for a failure that may be the server's: what, and its log's tail."""
@@ -154,7 +173,7 @@ def postgres_server(max_connections: int = MAX_CONNECTIONS) -> Iterator[Postgres
             "-w", "-t", "120", "start",
         )  # fmt: skip
         if start.returncode == 0:
-            server = PostgresServer(root, port, bindir, prefix)
+            server = PostgresServer(root, port, bindir, prefix, options=options)
             break
     if server is None:
         log = (root / "log").read_text(errors="replace") if (root / "log").exists() else ""

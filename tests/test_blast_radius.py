@@ -4,6 +4,7 @@ and the comparison that names every widening."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 import pytest
@@ -21,7 +22,7 @@ from tether.blast.files import dump_reports, load_reports
 from tether.cli import app
 from tether.errors import ConfigError, ToolFailure
 from tether.guards.approval import requires_approval
-from tether.guards.callpolicy import ProvenancePolicy
+from tether.guards.callpolicy import ArgumentRule, ProvenancePolicy
 from tether.limits import Limits
 from tether.loop import Agent
 from tether.providers.scripted import ScriptedClient, call_reply, text_reply
@@ -227,3 +228,56 @@ def test_an_agent_a_list_and_a_dict_are_targets() -> None:
         blast_radius({"a": agent, "b": [lookup]})
     with pytest.raises(TypeError, match="not an agent"):
         surfaces(42)
+
+
+class NeverFromTheRegistry(ProvenancePolicy):
+    """A policy whose counterparty rule changed: the registry no longer vouches."""
+
+    def argument_rule(self, tool: Tool, argument: str) -> ArgumentRule | None:
+        declared = super().argument_rule(tool, argument)
+        if declared is None or declared.role != "counterparty":
+            return declared
+        passes = tuple(p for p in declared.passes if p != "registry")
+        return replace(declared, passes=passes, other="deny", rule="provenance.scope")
+
+
+async def test_the_report_states_the_rule_the_policy_enforces() -> None:
+    known = {"FR7630006000011234567890189"}
+    changed = NeverFromTheRegistry(known_counterparty=lambda v, c: v in known)
+    base = ProvenancePolicy(known_counterparty=lambda v, c: v in known)
+    before = blast_radius(Surface("bank", [pay_tool()], policy=base))
+    after = blast_radius(Surface("bank", [pay_tool()], policy=changed))
+    assert before.destinations[0].tiers == {
+        "user": "no_human",
+        "registry": "no_human",
+        "any": "approval",
+    }
+    assert after.destinations[0].tiers == {"user": "no_human", "any": "never"}
+    assert "iban: any other value (no approval can allow it)" in after.tool("pay").refused
+    # and the run enforces what the report says: the registry's payee is now refused
+    iban = next(iter(known))
+    for policy, action in ((base, "completed"), (changed, "denied")):
+        agent = Agent(
+            ScriptedClient([call_reply(("pay", {"iban": iban, "amount": 5.0})), text_reply("ok")]),
+            [pay_tool()],
+            policy=policy,
+        )
+        result = await agent.run("Pay my landlord 5 euros.")
+        assert result.outcome.kind == "completed"
+        (ruled,) = [m for m in result.transcript if m.tool_results]
+        denied = ruled.tool_results[0].is_error
+        assert denied is (action == "denied"), ruled.tool_results[0].content
+
+
+def test_values_members_wrote_count_as_the_applications_in_the_report_too() -> None:
+    """The policy passes a counterparty from a member-written field (origin application)
+    even without an ``application`` hook; the report says so."""
+    policy = ProvenancePolicy(members=lambda author: author == "alice")
+    (dest,) = blast_radius(Surface("bank", [lookup, pay_tool()], policy=policy)).destinations
+    assert dest.tiers == {"user": "no_human", "application": "no_human", "any": "approval"}
+    assert policy.argument_rule(pay_tool(), "iban") == ArgumentRule(
+        "counterparty", ("user", "application"), "ask", "provenance.counterparty"
+    )
+    assert ProvenancePolicy().argument_rule(pay_tool(), "amount") == ArgumentRule(
+        "", ("user", "application", "system"), "ask", "provenance.content"
+    )

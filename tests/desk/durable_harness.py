@@ -58,6 +58,8 @@ class Crash:
     shared_order: int
     staff: int
     kills: int = 0
+    killed_at: float = 0.0
+    """When the worker was SIGKILLed (``time.time()``)."""
     starts: int = 0
     approved_while_dead: list[int] = field(default_factory=list)
 
@@ -204,6 +206,7 @@ async def crash_everywhere(
             if time.monotonic() > end:
                 raise AssertionError(f"runs never reached {set(points) - parked}:\n{logs()}")
             await asyncio.sleep(0.05)
+        crash.killed_at = time.time()
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         crash.kills += 1

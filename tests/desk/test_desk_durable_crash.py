@@ -1,16 +1,17 @@
 """Crash injection on the durable desk: the worker SIGKILLed at every step boundary of a
 ticket's flow, on SQLite and on PostgreSQL (``durable_harness``).
 
-The boundaries: before and after the triage (the claim, the model call and its record), each
-model call of the refund agent, the tools, before the screening of the proposal, before
-and after the approval is stored, while it waits (the decision then comes from the web
-console's side while no worker is alive), after the decision is received, before and
-after the refund commits, before and after the draft, and after each workflow's last
-step. "After step X is logged" is not listed apart: it is "before" the next step, with
-nothing durable in between. Afterwards every run completed, no refund was made twice, no
-approval was lost, the ledger never exceeds what was paid, and no model call (nor any
-other step) ran again once its result was logged: only the step cut between its effect
-and its log entry ran twice.
+The boundaries: before and after each step of a ticket (``desk.triage``: the claim, the
+model call and its record; ``desk.agent``: the refund agent's turns up to its proposal and
+the desk's screening; ``desk.approval``: the approval stored; ``desk.finish``: the
+decision read, the refund, the last model call, the draft) and every point inside them
+(each model call, the tools, the screening, the draft), while the refund waits (the
+decision then comes from the web console's side while no worker is alive), after the
+decision is received, and after each workflow's last step. "After step X is logged" is
+not listed apart: it is "before" the next step, with nothing durable in between.
+Afterwards every run completed, no refund was made twice, no approval was lost, the
+ledger never exceeds what was paid, and nothing ran again once its step was logged: only
+the step the worker died in ran again, up to where it died.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tether_desk.models import Approval, Draft, Refund, Run, RunEvent, Ticket
 REFUND_POINTS = [
     "triage.before",
     "triage.returned",
+    "agent.before",
     "model.before:1",
     "model.returned:1",
     "tool.before:1:read_ticket",
@@ -41,20 +43,25 @@ REFUND_POINTS = [
     "model.before:2",
     "model.returned:2",
     "screen.before",
+    "agent.returned",
     "approval.requested",
     "approval.returned",
     WAITING,
     "approval.received",
+    "finish.before",
     "tool.before:2:propose_refund",
     "tool.returned:2:propose_refund",
     "model.before:3",
     "model.returned:3",
     "draft.before",
     "draft.returned",
+    "finish.returned",
     "ticket.done",
     "approval.done",
 ]
-STEPS = {"triage", "screen", "approval", "decision", "draft", "answer"}
+BETWEEN = {"approval.requested", "approval.received", "ticket.done", "approval.done"}
+"""The boundaries between two steps; every other one is inside the step its workflow runs
+at that moment."""
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +165,9 @@ def shared_winner(crash: Crash) -> int:
 
 
 def check_steps_ran_once(url: str, crash: Crash, log: Path) -> None:
-    """No step started again after its result was logged; a step's effect happened twice
-    only where the worker died between the effect and the log entry."""
+    """No step did anything after its result was logged; a step ran again only where the
+    worker died inside it, before its log entry, and then only that step's work up to the
+    point of the kill was done twice (a boundary between steps: only that point)."""
     with sqlite3.connect(log) as c:
         reached = c.execute("SELECT workflow, ticket, name, at FROM boundaries").fetchall()
     client = DBOSClient(system_database_url=system_database_url(url))
@@ -171,49 +179,50 @@ def check_steps_ran_once(url: str, crash: Crash, log: Path) -> None:
         steps = {w.workflow_id: client.list_workflow_steps(w.workflow_id) for w in workflows}
     finally:
         client.destroy()
-    logged: dict[tuple[str, str], float] = {}
-    for wid, rows in steps.items():
-        models = [r for r in rows if r["function_name"] == "tether.model"]
-        turns = sorted(
-            {
-                int(n.split(":")[1])
-                for w, _, n, _ in reached
-                if w == wid and n.startswith("model.before:")
-            }
-        )
-        for turn, row in zip(turns, models, strict=True):
-            logged[(wid, f"model:{turn}")] = row["completed_at_epoch_ms"]
-        for row in rows:
-            name = row["function_name"]
-            if name.startswith("desk."):
-                logged[(wid, name[5:])] = row["completed_at_epoch_ms"]
-            elif name.startswith("tether.tool."):
-                logged[(wid, f"tool:{name[12:]}")] = row["completed_at_epoch_ms"]
-    starts: Counter[tuple[str, str]] = Counter()
-    effects: Counter[tuple[int, str]] = Counter()
+    logged = {
+        (wid, row["function_name"].removeprefix("desk.")): row["completed_at_epoch_ms"]
+        for wid, rows in steps.items()
+        for row in rows
+        if row["function_name"].startswith("desk.")
+    }
+    assert not any(n.startswith("tether.") for rows in steps.values() for n in names(rows))
+    seen: Counter[tuple[int, str, str]] = Counter()
+    first: dict[tuple[int, str, str], float] = {}
+    step_at: dict[tuple[int, str, str], str] = {}
     for wid, ticket, name, at in reached:
-        step = step_of(name)
-        if step is None:
+        key = (ticket, wid, name)
+        seen[key] += 1
+        first[key] = min(at, first.get(key, at))
+        if name in BETWEEN:
             continue
-        key = (wid, step)
-        if name.endswith(".before") or ".before:" in name:
-            starts[key] += 1
-            assert at * 1000 <= logged[key] + 1, (crash.points[ticket], name)
-        else:
-            effects[(ticket, name)] += 1
-    for (ticket, name), n in effects.items():
-        assert n == (2 if crash.points[ticket] == name else 1), (ticket, name, n)
-    assert sum(effects.values()) > len(crash.points) * 3
+        step_at[key] = step = current_step(wid, name)
+        assert at * 1000 <= logged[(wid, step)] + 1, (crash.points[ticket], wid, name)
+    killed = {t: (w, step_at.get((t, w, n))) for t, w, n in seen if n == crash.points[t]}
+    for (ticket, wid, name), n in seen.items():
+        point = crash.points[ticket]
+        if name == point:
+            assert n == 2, (ticket, name, n)  # the kill, and the replay past it
+            continue
+        if name in BETWEEN:  # workflow code, not a step's: a replay runs it again
+            continue
+        cut = killed.get(ticket)
+        redone = (
+            cut is not None
+            and cut[1] is not None
+            and (wid, step_at.get((ticket, wid, name))) == cut
+            and first[(ticket, wid, name)] < crash.killed_at
+        )
+        assert n == (2 if redone else 1), (point, name, n)  # the killed step's work, again
+    assert len(seen) > len(crash.points) * 3
 
 
-def step_of(boundary: str) -> str | None:
-    """The step a boundary belongs to (``None`` for those between steps)."""
-    kind, _, rest = boundary.partition(":")
-    if kind in ("model.before", "model.returned"):
-        return f"model:{rest}"
-    if kind in ("tool.before", "tool.returned"):
-        return f"tool:{rest.split(':', 1)[1]}"
-    step, _, edge = kind.partition(".")
-    if step in STEPS or step == "needs_human":
-        return step if edge in ("before", "returned") else None
-    return None
+def names(rows: list[dict[str, object]]) -> list[str]:
+    return [str(r["function_name"]) for r in rows]
+
+
+def current_step(workflow: str, boundary: str) -> str:
+    """The step of ``workflow`` that a boundary inside a step belongs to."""
+    step, _, _ = boundary.partition(".")
+    if step in ("triage", "agent", "approval", "finish", "answer", "needs_human"):
+        return step
+    return "agent" if workflow.startswith("desk-ticket-") else "finish"

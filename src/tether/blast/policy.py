@@ -1,18 +1,17 @@
 """How the default call policy shapes a tool's reach, read from its settings.
 
-:func:`provenance_reach` restates the rules of
-:class:`~tether.guards.callpolicy.ProvenancePolicy` per argument role, for a model that
-may write any value it has seen: a counterparty the user, the application or its registry
-gave passes; any other is asked (or, ``scoped`` or ``strict``, never allowed); an object
-of a money or destructive call that the user or the application did not name is asked (or,
-``scoped``, never allowed); a value read through a credential tool never goes out (by
-value match: a rewritten value is not recognised).
+:func:`provenance_reach` reads, per argument, the rule that
+:class:`~tether.guards.callpolicy.ProvenancePolicy` itself enforces
+(:meth:`~tether.guards.callpolicy.ProvenancePolicy.argument_rule`), for a model that may
+write any value it has seen: where a value may come from to pass unasked, and what any
+other value gets (no human, an approval, never). A value read through a credential tool
+never goes out (by value match: a rewritten value is not recognised).
 """
 
 from __future__ import annotations
 
 from tether.blast.report import TIER_RANK, Destination, Tier, weakest
-from tether.guards.callpolicy import OUTWARD, ProvenancePolicy
+from tether.guards.callpolicy import ArgumentRule, ProvenancePolicy
 from tether.tools import Tool
 
 __all__ = ["provenance_reach"]
@@ -23,38 +22,21 @@ def provenance_reach(
 ) -> tuple[Tier, list[str], list[str], list[Destination]]:
     """The tier, what it needs and what is refused, under the default call policy."""
     effect = tool.effect
-    side = effect in OUTWARD
-    sources = ["user"]
-    if p.application is not None:
-        sources.append("application")
-    asked: Tier = "never" if p.max_prompts == 0 else "approval"
     arg_tiers: list[Tier] = []
     needs: list[str] = []
     refused: list[str] = []
     dests: list[Destination] = []
-    for arg, role in tool.roles.items():
-        tiers: dict[str, Tier] = {}
-        if role == "counterparty":
-            named = [*sources, *(["registry"] if p.known_counterparty is not None else [])]
-            tiers = dict.fromkeys(named, "no_human")
-            if p.scoped or (side and p.strict):
-                tiers["any"] = "never"
-            else:
-                tiers["any"] = asked if side else "no_human"
-            dests.append(Destination(tool=tool.name, argument=arg, role=role, tiers=tiers))
-        elif role == "object" and side:
-            tiers = dict.fromkeys(sources, "no_human")
-            if p.scoped:
-                tiers["any"] = "never"
-            elif effect in p.object_effects:  # a system record's value passes unasked
-                tiers.update({"system": "no_human", "any": asked})
-            else:
-                tiers["any"] = "no_human"
-            dests.append(Destination(tool=tool.name, argument=arg, role=role, tiers=tiers))
-        elif role == "credential" and side:
-            tiers = {**dict.fromkeys(sources, "no_human"), "any": asked}
-        if not tiers:
+    content = False  # the policy checks the links, addresses, accounts in content
+    for arg in tool.roles:
+        declared = p.argument_rule(tool, arg)
+        if declared is None:
             continue
+        if declared.rule == "provenance.content":
+            content = True
+            continue
+        tiers = _tiers(declared, p.can_ask)
+        if declared.role in ("counterparty", "object"):
+            dests.append(Destination(tool=tool.name, argument=arg, role=declared.role, tiers=tiers))
         best = weakest(*tiers.values())
         arg_tiers.append(best)
         if TIER_RANK[tiers.get("any", "never")] < TIER_RANK[best]:
@@ -67,7 +49,7 @@ def provenance_reach(
             other = tiers["any"]
             if other == "never":
                 refused.append(f"{arg}: any other value (no approval can allow it)")
-    if side and any(r == "content" for r in tool.roles.values()):
+    if content:
         needs.append(
             "links, addresses or account numbers in content from the user or application "
             "(any other: one approval)"
@@ -76,9 +58,8 @@ def provenance_reach(
         dests.append(
             Destination(tool=tool.name, argument="*", role="fixed", tiers={"fixed": "no_human"})
         )
-    outward = effect == "communicate" or any(
-        r in ("counterparty", "content") for r in tool.roles.values()
-    )
+    arguments = [*tool.spec.parameters.get("properties", {}), *tool.roles]
+    outward = any(p.sends_out(tool, a) for a in arguments)
     if outward:
         refused.append("a value read through a credential tool, in an outward argument (by value)")
     tier = weakest(*arg_tiers) if arg_tiers else "no_human"
@@ -95,6 +76,15 @@ def provenance_reach(
             for d in dests
         ]
     return tier, needs, refused, dests
+
+
+_OTHER: dict[str, Tier] = {"allow": "no_human", "ask": "approval", "deny": "never"}
+
+
+def _tiers(declared: ArgumentRule, can_ask: bool) -> dict[str, Tier]:
+    """Per origin of a value, the tier the policy's rule for the argument gives it."""
+    other = _OTHER[declared.other] if can_ask or declared.other != "ask" else "never"
+    return {**dict.fromkeys(declared.passes, "no_human"), "any": other}
 
 
 def _or(who: str) -> str:

@@ -18,6 +18,7 @@ from tether.durable.runtime import (
     own_executor,
     recover,
     recover_async,
+    running_workflow_ids,
     shutdown,
     shutdown_async,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "publish_pending",
     "recover",
     "recover_async",
+    "running_workflow_ids",
     "send_decisions",
     "shutdown",
     "shutdown_async",

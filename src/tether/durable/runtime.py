@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -86,13 +88,21 @@ threads, its queue threads and its polling thread at once; with SQLAlchemy's def
 and ran its pragmas again, several times per step."""
 
 
-def _sqlite_engine(url: str, synchronous: str) -> Any:
+def sqlite_engine(url: str, synchronous: str = "NORMAL", pool_size: int = 2) -> Any:
+    """An engine on a SQLite durable log with the settings of :class:`DurableConfig`, for a
+    :class:`dbos.DBOSClient` (``system_database_engine=``; dispose of it after the
+    client): DBOS's own engine for a client has SQLite's default ``synchronous=FULL``,
+    which waits for the disk at each enqueue and each decision sent."""
+    return _sqlite_engine(url, synchronous, pool_size)
+
+
+def _sqlite_engine(url: str, synchronous: str, pool_size: int = SQLITE_POOL_SIZE) -> Any:
     """DBOS's SQLite engine (immediate transactions, a long busy timeout, foreign keys),
     in WAL mode: readers never block the writer, and a commit costs one append."""
     import sqlalchemy as sa
     from sqlalchemy import event
 
-    engine = sa.create_engine(url, pool_size=SQLITE_POOL_SIZE, max_overflow=SQLITE_POOL_SIZE)
+    engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size)
 
     @event.listens_for(engine, "connect")
     def setup(dbapi_conn: Any, _record: Any) -> None:
@@ -134,9 +144,57 @@ def launch(config: DurableConfig | None = None) -> None:
 
 def is_launched() -> bool:
     """Whether DBOS runs in this process."""
-    from dbos._dbos import _dbos_global_instance
+    dbos = dbos_internals()
+    return dbos is not None and dbos.launched
 
-    return _dbos_global_instance is not None and bool(_dbos_global_instance._launched)
+
+@dataclass(frozen=True, slots=True)
+class DbosInternals:
+    """What tether reads of DBOS's private state, for want of a public API in dbos 3.4."""
+
+    launched: bool
+    """Whether :meth:`DBOS.launch` ran (no public ``is_launched``)."""
+    stop_events: list[threading.Event]
+    """Set to stop DBOS's background threads, its queue thread among them: a stop takes no
+    new run from the queue before the runs of the loop are cancelled (``DBOS.destroy``
+    sets them too, but only after the runs it waits for)."""
+    workflow_tasks: set[asyncio.Task[Any]]
+    """The asyncio tasks of the async workflows running in this process (DBOS lists runs,
+    not the tasks a loop must cancel before it stops)."""
+    active_ids: list[str]
+    """The workflows executing in this process now (``list_workflows`` reads the log,
+    which says PENDING for a run executing here and for one a fault left behind)."""
+
+
+def dbos_internals() -> DbosInternals | None:
+    """DBOS's private state this process needs, read in this one place (``None`` when DBOS
+    was never started or was destroyed). A DBOS release that renames any of it fails here,
+    loudly (and ``tests/durable/test_dbos_internals.py`` says so), never silently."""
+    from dbos import _dbos
+
+    instance = _dbos._dbos_global_instance
+    if instance is None:
+        return None
+    try:
+        return DbosInternals(
+            launched=bool(instance._launched),
+            stop_events=list(instance.background_thread_stop_events),
+            workflow_tasks=instance._workflow_tasks,
+            active_ids=list(instance._active_workflows_set.activeList()),
+        )
+    except AttributeError as exc:
+        from importlib.metadata import version
+
+        raise ConfigError(
+            f"tether.durable does not know this DBOS ({version('dbos')}): {exc}; install "
+            "the dbos version pinned in uv.lock"
+        ) from exc
+
+
+def running_workflow_ids() -> set[str]:
+    """The workflows executing in this process now (empty when DBOS is not running)."""
+    dbos = dbos_internals()
+    return set(dbos.active_ids) if dbos is not None else set()
 
 
 def shutdown(wait_seconds: int = 0) -> None:
@@ -146,16 +204,24 @@ def shutdown(wait_seconds: int = 0) -> None:
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
 
 
+_OWN_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ThreadPoolExecutor] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def own_executor() -> None:
     """Give the running event loop a thread pool of its own again. DBOS lends a loop its
     pool as default executor and shuts that pool when it stops: an ``asyncio.to_thread``
     after (or while) it stops, such as a run being cancelled or the stop itself, failed
-    with "cannot schedule new futures after shutdown"."""
+    with "cannot schedule new futures after shutdown". Called again on the same loop, it
+    ends the pool it gave before (its queued work still runs)."""
     loop = asyncio.get_running_loop()
-    lent = getattr(loop, "_default_executor", None)
-    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="tether-loop"))
-    if lent is not None:
-        lent.shutdown(wait=False)  # DBOS's lent pool ignores this; a pool of the loop ends
+    pool = ThreadPoolExecutor(thread_name_prefix="tether-loop")
+    loop.set_default_executor(pool)
+    before = _OWN_POOLS.get(loop)
+    _OWN_POOLS[loop] = pool
+    if before is not None:
+        before.shutdown(wait=False)
 
 
 async def shutdown_async(wait_seconds: int = 0) -> None:
@@ -167,10 +233,9 @@ async def shutdown_async(wait_seconds: int = 0) -> None:
     reach its next step with DBOS gone and fail loudly."""
     own_executor()
     logging.getLogger("dbos").addFilter(_QUIET)
-    from dbos._dbos import _dbos_global_instance as dbos
-
+    dbos = dbos_internals()
     if dbos is not None:
-        for stop in list(getattr(dbos, "background_thread_stop_events", [])):
+        for stop in dbos.stop_events:
             stop.set()  # the queue takes no new run into this loop
         running = _runs_here(dbos)
         if running and wait_seconds > 0:
@@ -181,11 +246,10 @@ async def shutdown_async(wait_seconds: int = 0) -> None:
         await _cancel(_runs_here(dbos))  # one started while DBOS stopped
 
 
-def _runs_here(dbos: Any) -> list[asyncio.Task[Any]]:
+def _runs_here(dbos: DbosInternals) -> list[asyncio.Task[Any]]:
     """DBOS's workflow tasks on the running loop."""
     loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[Any]] = getattr(dbos, "_workflow_tasks", set())
-    return [t for t in list(tasks) if t.get_loop() is loop and not t.done()]
+    return [t for t in list(dbos.workflow_tasks) if t.get_loop() is loop and not t.done()]
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

@@ -40,6 +40,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.guards.argument_rules import OUTWARD, ArgumentRule, argument_rule
+from tether.guards.identity import settings_identity
 from tether.guards.normalize import (
     decodings,
     disguised,
@@ -63,10 +65,8 @@ from tether.messages import Message, Text, ToolCall, ToolResult
 from tether.rulings import Ruling
 from tether.tools import RunContext, Tool
 
-__all__ = ["LARGE_RESULT", "OUTWARD", "ProvenancePolicy"]
+__all__ = ["LARGE_RESULT", "OUTWARD", "ArgumentRule", "ProvenancePolicy"]
 
-OUTWARD: frozenset[str] = frozenset({"write", "communicate", "money", "destructive"})
-NAMED: frozenset[str] = frozenset({"user", "application"})
 _CONTENT_KINDS = frozenset({"email", "url", "iban"})
 KnownCounterparty = Callable[[str, RunContext[Any]], bool | Awaitable[bool]]
 
@@ -114,6 +114,35 @@ class ProvenancePolicy:
     content_effects: frozenset[str] = OUTWARD
     """Effects whose content arguments must not copy third-party text
     (:meth:`~tether.guards.store.ProvenanceStore.copied_from`)."""
+
+    # --- declarations --------------------------------------------------------------------
+
+    def argument_rule(self, tool: Tool, argument: str) -> ArgumentRule | None:
+        """The rule this policy applies to ``argument`` of ``tool``, from its settings
+        (:func:`~tether.guards.argument_rules.argument_rule`); the rulings and the
+        blast-radius report both read it, so a subclass that overrides it changes both."""
+        return argument_rule(self, tool, argument)
+
+    @staticmethod
+    def sends_out(tool: Tool, argument: str) -> bool:
+        """Whether ``argument`` of ``tool`` carries its value out (any argument of a
+        ``communicate`` tool, a counterparty or content argument of any tool): a value read
+        through a credential tool is denied there, whatever approves."""
+        return tool.effect == "communicate" or tool.roles.get(argument) in (
+            "counterparty",
+            "content",
+        )
+
+    @property
+    def state_identity(self) -> dict[str, Any] | None:
+        """The settings a paused run depends on, in the agent's fingerprint: those not at
+        their defaults (:func:`~tether.guards.identity.settings_identity`)."""
+        return settings_identity(self)
+
+    @property
+    def can_ask(self) -> bool:
+        """Whether a call that would ask can be approved at all (``max_prompts`` above 0)."""
+        return self.max_prompts != 0
 
     # --- CallPolicy ----------------------------------------------------------------------
 
@@ -247,10 +276,12 @@ class ProvenancePolicy:
         side = effect in OUTWARD
         for name, value in call.arguments.items():
             role = tool.roles.get(name)
-            outward = effect == "communicate" or role in ("counterparty", "content")
+            declared = self.argument_rule(tool, name)
+            outward = self.sends_out(tool, name)
             for text in strings_in(value):
                 named = store.trusted(text) if role == "counterparty" else None
-                is_named = named is not None and named.origin in NAMED
+                passes = declared.passes if declared is not None else ()
+                is_named = named is not None and named.origin in passes
                 in_task = False  # found by the agent's own reads: approvable in scope
                 if role == "object":
                     found = trace(store, text, object_kind(tool, name))
@@ -260,7 +291,6 @@ class ProvenancePolicy:
                         and found.kind == "system"
                         and not mentioned_by_third_party(store, text)
                     )
-                known = False
                 secret = store.leaks(text) if effect != "credential" else None
                 if secret is not None:
                     yield _Finding(
@@ -283,9 +313,13 @@ class ProvenancePolicy:
                             f"{name} carries a value read through a credential tool; "
                             "it can never be sent out",
                         )
-                if role in ("counterparty", "object") and (side or role == "counterparty"):
-                    known = role == "counterparty" and await self._known(text, ctx)
-                    if self.scoped and not (is_named or known or in_task):
+                if declared is None:
+                    continue  # no rule of its role (the checks above apply to every value)
+                if declared.role in ("counterparty", "object") and declared.other != "allow":
+                    known = role == "counterparty" and (
+                        "registry" in declared.passes and await self._known(text, ctx)
+                    )
+                    if declared.rule == "provenance.scope" and not (is_named or known or in_task):
                         yield _Finding(
                             "deny",
                             "provenance.scope",
@@ -294,24 +328,35 @@ class ProvenancePolicy:
                             "user or the application); no approval can allow it",
                         )
                         continue
-                if side and role == "counterparty" and not (is_named or known):
-                    yield _Finding(
-                        "deny" if self.strict else "ask",
-                        "provenance.counterparty",
-                        name,
-                        f"{name} {text!r} was not given by the user or the application "
-                        f"({_origin(store, text)})",
-                        _grant_keys(tool, name, text),
-                    )
-                if role == "object" and (
-                    effect in self.object_effects or tool.name in self.object_tools
-                ):
-                    finding = self._object(tool, name, text, store)
-                    if finding is not None:
-                        yield finding
-                if side and role in ("content", None):  # unroled arguments too
+                    if declared.rule == "provenance.counterparty" and not (is_named or known):
+                        yield _Finding(
+                            declared.other,
+                            "provenance.counterparty",
+                            name,
+                            f"{name} {text!r} was not given by the user or the application "
+                            f"({_origin(store, text)})",
+                            _grant_keys(tool, name, text),
+                        )
+                    if declared.traced:
+                        finding = self._object(tool, name, text, store)
+                        if finding is not None:
+                            yield finding
+                elif declared.rule == "provenance.credential_argument":
+                    given = store.trusted(text)
+                    if given is None or given.origin not in declared.passes:
+                        yield _Finding(
+                            "ask",
+                            "provenance.credential_argument",
+                            name,
+                            f"{name} is a credential the user did not give",
+                            _grant_keys(tool, name, text),
+                        )
+                if declared.rule == "provenance.content":
                     for v in _content_values(text):
-                        if store.trusted(v) is None and not await self._known(v, ctx):
+                        given = store.trusted(v)
+                        if given is not None and given.origin in declared.passes:
+                            continue
+                        if "registry" not in declared.passes or not await self._known(v, ctx):
                             yield _Finding(
                                 "ask",
                                 "provenance.content",
@@ -329,16 +374,6 @@ class ProvenancePolicy:
                             name,
                             f"{name} copies text written by a third party "
                             f"({', '.join(dict.fromkeys(copied))})",
-                            _grant_keys(tool, name, text),
-                        )
-                if side and role == "credential":
-                    named = store.trusted(text)
-                    if named is None or named.origin not in NAMED:
-                        yield _Finding(
-                            "ask",
-                            "provenance.credential_argument",
-                            name,
-                            f"{name} is a credential the user did not give",
                             _grant_keys(tool, name, text),
                         )
 

@@ -1,29 +1,32 @@
 """The desk's ticket pipeline as DBOS workflows: a worker killed anywhere loses nothing.
 
 ``tether_desk.ticket`` (one per ticket, taken from the queue by a worker) runs the plain
-pipeline's pieces (:mod:`tether_desk.pipeline`) as steps: the triage (the claim, the
-model call and its record, in one step), the refund agent (each model request, tool call
-and custom ruling a step, through :func:`tether.durable.make_durable`), the desk's
-screening of proposals, and the draft. Step outputs are logged; after a crash the
-workflow runs again from the start, every logged step returns its result without
-running, and the ticket carries on from the first step that was not logged.
+pipeline's pieces (:mod:`tether_desk.pipeline`) as two steps: ``desk.triage`` (the claim,
+the triage model call and its record) and then the ending (``desk.answer``,
+``desk.needs_human``) or ``desk.agent``: the refund agent's turns up to its first
+proposal, screened by the desk. Nothing in ``desk.agent`` is irreversible (the agent reads
+the ticket and the order; the refund waits for a person), and each write in these steps is
+idempotent when a step runs again after a crash: the claim finds the ticket its own, the
+trace's inserts skip what an earlier execution wrote
+(:class:`~tether_desk.durable.recorder.ReplayableRecorder`), the answer finds its draft.
+Once logged, a step returns its result without running (the model is not asked again).
 
 A refund that needs a person does not hold a place in the queue while it waits (a
 night, maybe): the ticket's workflow starts ``tether_desk.approval`` for the waiting call,
 under an id derived from the run and the call (:func:`wait_id`), and ends. That workflow
-stores, in one step and one transaction, what the plain
-pipeline stores (:func:`tether_desk.pipeline.store_approval`): the run's state, the
-approval row, the ticket awaiting it and the trace with the run's outcome, so the row is
-visible only once its waiter exists. It then waits in ``DBOS.recv`` for the decision, which
-the web console sends from its own process (:meth:`DurableDesk.deliver`) even while no
-worker runs, resumes the agent with the decision and writes the draft with the run's
-outcome (or waits again).
+stores, in one step and one transaction, what the plain pipeline stores
+(:func:`tether_desk.pipeline.store_approval`): the run's state, the approval row, the
+ticket awaiting it and the trace, so the row is visible only once its waiter exists. It
+then waits in ``DBOS.recv`` for the decision, which the web console sends from its own
+process (:meth:`DurableDesk.deliver`) even while no worker runs, and finishes in one more
+step, ``desk.finish``: the decision read, the agent resumed (the refund runs under its
+call's idempotency key, so a step run again after a crash finds its refund in the ledger
+instead of paying twice), the draft written with the run's outcome (or the next proposal
+handed to a waiting workflow of its own).
 
-The trace is written by :class:`~tether_desk.durable.recorder.ReplayableRecorder`, whose
-inserts skip rows a previous execution wrote (numbered the same however the writes were
-batched); every update (statuses, the category, the draft, a run's outcome) happens inside
-a step, so it runs once (or again only if the worker died before the step was logged,
-when nothing later has happened yet, and then to the same effect).
+A refund ticket is so 6 logged operations: ``desk.triage``, ``desk.agent``, the start
+of the approval's workflow, ``desk.approval``, ``DBOS.recv`` and ``desk.finish`` (see
+docs/durable.md, "The desk's steps").
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
@@ -40,11 +43,10 @@ from dbos import DBOS, SetWorkflowID
 from dbos._error import DBOSException
 from sqlalchemy import bindparam, select, update
 
-from tether.durable import StepBook, await_decisions, make_durable
-from tether.durable.codec import decisions_from_json, decisions_to_json
+from tether.durable import await_decisions
 from tether.errors import ConfigError
 from tether.loop import Agent
-from tether.outcomes import RunResult, RunState
+from tether.outcomes import Decision, RunResult, RunState
 from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
@@ -71,6 +73,9 @@ from tether_desk.triage import classify
 
 log = logging.getLogger("tether_desk")
 T = TypeVar("T")
+Done = dict[str, Any]
+"""A step's logged result: ``{"outcome": STATUS}``, ``{"waiting": {...}}`` (a call to
+hand to a waiting workflow) or ``{"status": STATUS}`` (a ticket that was not new)."""
 
 TICKET_WORKFLOW = "tether_desk.ticket"
 APPROVAL_WORKFLOW = "tether_desk.approval"
@@ -150,17 +155,22 @@ class Flow:
         if self.boundary is not None:
             await self.boundary(name, self.ticket_id)
 
-    async def effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` (blocking: in a thread) as the step ``desk.NAME``."""
+    async def step(self, name: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await fn(*args)`` as the step ``desk.NAME``, between the boundaries
+        ``NAME.before`` and ``NAME.returned`` (its work done, the step not yet logged)."""
 
         async def body() -> T:
             await self.at(f"{name}.before")
-            out = await retry_transient(lambda: asyncio.to_thread(fn, *args))
+            out = await fn(*args)
             await self.at(f"{name}.returned")
             return out
 
         result: T = await DBOS.run_step_async({"name": f"desk.{name}"}, body)
         return result
+
+    async def effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (blocking: in a thread) as the step ``desk.NAME``."""
+        return await self.step(name, _blocking, fn, *args)
 
     async def record(
         self, name: str, recorder: ReplayableRecorder, fn: Callable[..., T], *args: Any
@@ -199,12 +209,12 @@ class Flow:
             category = triaged["category"]
             if category == "tracking":
                 await self.effect("answer", _answer_tracking, self.db, scope)
-                outcome = "answered"
+                done: Done = {"outcome": "answered"}
             elif category == "refund":
-                outcome = await self._refund(scope)
+                done = await self.step("agent", self._refund, scope, _run_id("refund"))
             else:
                 await self.effect("needs_human", set_status, self.db, ticket_id, "needs_human")
-                outcome = "needs_human"
+                done = {"outcome": "needs_human"}
         except DBOSException:
             raise
         except Exception as exc:
@@ -212,7 +222,8 @@ class Flow:
                 raise
             log.exception("ticket %s failed in the durable pipeline", ticket_id)
             await self.effect("failed", set_status, self.db, ticket_id, "failed")
-            outcome = "failed"
+            done = {"outcome": "failed"}
+        outcome = await self._hand_over(done)
         if scope is not None and outcome != "awaiting_approval":
             await self.follow_up(scope)
         await self.at("ticket.done")
@@ -229,30 +240,29 @@ class Flow:
         client = self.desk.triage_client or self.desk.client
 
         async def triage() -> dict[str, Any]:
-            await self.at("triage.before")
-            scope_data = await asyncio.to_thread(_claim, self.desk, ticket_id)
+            scope_data = await _blocking(_claim, self.desk, ticket_id)
             if scope_data is None:
-                return {"status": await asyncio.to_thread(ticket_status, self.db, ticket_id)}
+                return {"status": await _blocking(ticket_status, self.db, ticket_id)}
             scope = TicketScope(**scope_data)
             recorder = ReplayableRecorder(self.db, run_id, ticket_id, "triage")
             start_triage(recorder)
             result = await classify(client, scope.subject, scope.body)
             note_triage(recorder, result)
             recorder.hold()
-            await asyncio.to_thread(record_triage, recorder, scope, result)
-            await self.at("triage.returned")
+            await _blocking(record_triage, recorder, scope, result)
             return {"scope": scope_data, "category": result.category}
 
-        done: dict[str, Any] = await DBOS.run_step_async({"name": "desk.triage"}, triage)
+        done: dict[str, Any] = await self.step("triage", triage)
         return done
 
-    async def _refund(self, scope: TicketScope) -> str:
-        run_id = _run_id("refund")
+    async def _refund(self, scope: TicketScope, run_id: str) -> Done:
+        """The step ``desk.agent``: the refund agent's turns up to its first proposal
+        (reads only: nothing irreversible), screened by the desk."""
         recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "refund")
         recorder.start()
         agent = self._agent(scope, recorder)
         result = await agent.run(REFUND_PROMPT, run_id=run_id)
-        return await self._go_on(scope, recorder, agent, result)
+        return await self._settle(scope, recorder, agent, result)
 
     # --- the approval's workflow --------------------------------------------------------
 
@@ -276,8 +286,29 @@ class Flow:
             return "failed"
         decisions = await await_decisions(state)
         await self.at("approval.received")
-        approver = await self.effect("decision", _decided, self.db, state.run_id, p.call_id)
-        decision = next(d for d in decisions if d.call_id == p.call_id)
+        done = await self.step(
+            "finish", self._finish, scope, recorder, state, decisions, p.call_id, approval_id
+        )
+        outcome = await self._hand_over(done)
+        if outcome != "awaiting_approval":
+            await self.follow_up(scope)
+        await self.at("approval.done")
+        self.desk.changed(scope.ticket_id)
+        return outcome
+
+    async def _finish(
+        self,
+        scope: TicketScope,
+        recorder: ReplayableRecorder,
+        state: RunState,
+        decisions: list[Decision],
+        call_id: str,
+        approval_id: int,
+    ) -> Done:
+        """The step ``desk.finish``: who decided, the run resumed with the decision (the
+        refund paid under its idempotency key), then the draft or the next proposal."""
+        approver = await _blocking(_decided, self.db, state.run_id, call_id)
+        decision = next(d for d in decisions if d.call_id == call_id)
         recorder.note(
             "decision",
             {
@@ -291,12 +322,7 @@ class Flow:
         assert agent.deps is not None
         deps = replace(agent.deps, approved_by=approver if decision.approved else None)
         result = await agent.resume(state, decisions, deps=deps)
-        outcome = await self._go_on(scope, recorder, agent, result)
-        if outcome != "awaiting_approval":
-            await self.follow_up(scope)
-        await self.at("approval.done")
-        self.desk.changed(scope.ticket_id)
-        return outcome
+        return await self._settle(scope, recorder, agent, result)
 
     # --- shared by both -----------------------------------------------------------------
 
@@ -305,46 +331,65 @@ class Flow:
         if self.boundary is not None:
             agent.client = BoundaryClient(agent.client, self.at)
             agent.tools = {n: BoundaryTool(t, self.at) for n, t in agent.tools.items()}
-        return make_durable(agent, StepBook())
+        return agent
 
-    async def _go_on(
+    async def _settle(
         self,
         scope: TicketScope,
         recorder: ReplayableRecorder,
         agent: Agent[AgentDeps],
         result: RunResult,
-    ) -> str:
-        """Refuse in code what no person should be asked (resuming the run with the
-        refusals), then hand a call that needs a person to its own waiting workflow, or
-        write the draft; returns the ticket's status."""
+    ) -> Done:
+        """Inside a step: refuse in code what no person should be asked (resuming the run
+        with the refusals), then return the call that needs a person (for a waiting
+        workflow of its own), or write the draft with the run's outcome."""
         for _ in range(MAX_SETTLE_ROUNDS):
             state = result.state
             if result.outcome.kind != "awaiting_approval" or state is None:
                 break
-            screened = await self.effect("screen", _screen, self.desk, scope, state)
-            refused = decisions_from_json(screened["refused"])
+            await self.at("screen.before")
+            chosen, refused, _ = await _blocking(_screen_pending, self.db, scope, state.pending)
             if refused:
                 for d in refused:
                     recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
                 result = await agent.resume(state, refused)
                 continue
-            recorder.flush()
+            assert chosen is not None
+            recorder.hold()
+            await _blocking(recorder.flush)
             waiting = {
                 "scope": asdict(scope),
                 "state": state.to_json(),
-                "call_id": screened["chosen"],
+                "run_id": state.run_id,
+                "call_id": chosen.call_id,
                 "seq": recorder.seq,
                 "reason": result.outcome.reason,
             }
-            wid = wait_id(result.run_id, screened["chosen"])
-            with SetWorkflowID(wid):
-                await DBOS.start_workflow_async(approval_workflow, waiting)
-            return "awaiting_approval"
-        await self.record("draft", recorder, _finish_run, self.db, scope, recorder, result)
-        return "draft_ready" if result.outcome.completed and result.output.strip() else "failed"
+            return {"waiting": waiting}
+        await self.at("draft.before")
+        recorder.hold()
+        await _blocking(_finish_run, self.db, scope, recorder, result)
+        await self.at("draft.returned")
+        completed = result.outcome.completed and result.output.strip()
+        return {"outcome": "draft_ready" if completed else "failed"}
+
+    async def _hand_over(self, done: Done) -> str:
+        """Start the waiting workflow of the call a step returned; the ticket's status."""
+        if "waiting" not in done:
+            outcome: str = done["outcome"]
+            return outcome
+        waiting = done["waiting"]
+        with SetWorkflowID(wait_id(waiting["run_id"], waiting["call_id"])):
+            await DBOS.start_workflow_async(approval_workflow, waiting)
+        return "awaiting_approval"
 
 
 # --- step bodies (blocking; each runs in a thread) ---------------------------------------
+
+
+async def _blocking(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread, retried on a transient database fault."""
+    return await retry_transient(lambda: asyncio.to_thread(fn, *args))
 
 
 def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
@@ -355,14 +400,6 @@ def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
     if not done.rowcount:
         return None
     return asdict(load_scope(desk.db, ticket_id))
-
-
-def _screen(desk: Desk, scope: TicketScope, state: RunState) -> dict[str, Any]:
-    chosen, refused, _ = _screen_pending(desk.db, scope, state.pending)
-    return {
-        "chosen": chosen.call_id if chosen is not None else None,
-        "refused": decisions_to_json(refused),
-    }
 
 
 def _decided(db: Database, run_id: str, call_id: str) -> int | None:

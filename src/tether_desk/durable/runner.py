@@ -37,6 +37,7 @@ from tether.durable import (
     shutdown_async,
 )
 from tether.durable.codec import decisions_to_json
+from tether.durable.runtime import sqlite_engine
 from tether.errors import ConfigError
 from tether.outcomes import Decision
 from tether_desk.durable.boundaries import Boundary
@@ -112,6 +113,7 @@ class DurableDesk:
         self.boundary = boundary
         self.processing = False
         self._client: DBOSClient | None = None
+        self._engine: Any = None
         self._high_water = 0
         self._calls = 0
         self._heartbeat: asyncio.Task[None] | None = None
@@ -145,8 +147,13 @@ class DurableDesk:
             self._heartbeat = asyncio.create_task(upkeep(self), name="desk-upkeep")
         else:
             await asyncio.to_thread(DBOS.migrate, self.url)
+        if self.url.startswith("sqlite:"):  # the log's own settings (synchronous=NORMAL)
+            self._engine = sqlite_engine(self.url)
         self._client = await asyncio.to_thread(
-            DBOSClient, system_database_url=self.url, application_name=APP_NAME
+            DBOSClient,
+            system_database_url=self.url,
+            system_database_engine=self._engine,
+            application_name=APP_NAME,
         )
 
     async def stop(self) -> None:
@@ -162,6 +169,9 @@ class DurableDesk:
         if self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(client.destroy)
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            await asyncio.to_thread(engine.dispose)
         if self.processing:
             self.processing = False
             await shutdown_async()

@@ -77,8 +77,15 @@ def refuse_undeliverable(desk: Desk, approval_id: int) -> None:
         return
     from tether_desk.durable import wait_id
 
+    wid, version = wait_id(found[0], found[1]), current_version(desk)
     try:
-        row = get_run(client, desk.db, wait_id(found[0], found[1]), current_version(desk))
+        (status,) = client.list_workflows(workflow_ids=[wid], load_input=False, load_output=False)
+    except Exception:
+        return  # no wait logged for it: the decision is stored and resent later
+    if status.status in ("PENDING", "ENQUEUED") and status.app_version == version:
+        return  # the usual case: it waits, under this version; nothing more to read
+    try:
+        row = get_run(client, desk.db, wid, version)
     except Exception:
         return  # no wait logged for it: the decision is stored and resent later
     if row.state in ("error", "cancelled"):

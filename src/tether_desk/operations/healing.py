@@ -15,6 +15,7 @@ import logging
 from collections import Counter
 from typing import Any
 
+from tether.durable import running_workflow_ids
 from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
 from tether_desk.operations import runs as ops
 from tether_desk.operations.transient import is_transient
@@ -24,15 +25,6 @@ NAMES = [TICKET_WORKFLOW, APPROVAL_WORKFLOW]
 MAX_RETRIES = 5
 """A run that fails on a transient error this many times is left to an operator (it
 shows as ERROR, needing attention)."""
-
-
-def _active_here() -> set[str]:
-    """The workflows executing in this process now (DBOS's own registry)."""
-    from dbos._dbos import _dbos_global_instance
-
-    if _dbos_global_instance is None:
-        return set()
-    return set(_dbos_global_instance._active_workflows_set.activeList())
 
 
 class Healer:
@@ -68,7 +60,7 @@ class Healer:
             load_input=False,
             load_output=False,
         )
-        active = _active_here()
+        active = running_workflow_ids()
         orphans = {w.workflow_id: w for w in pending if w.workflow_id not in active}
         for wid in self._suspects & orphans.keys():
             self.client.resume_workflow(wid, queue_name=orphans[wid].queue_name)

@@ -8,10 +8,8 @@ secret lives in the database and is created on first start. Logins are throttled
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -125,16 +123,6 @@ def wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
 
-def own_threads() -> None:
-    """Give the running loop a thread pool of its own again. DBOS makes its pool the
-    loop's default executor and shuts it at stop: any ``asyncio.to_thread`` after that
-    (a trace stream, a step finishing) failed with "cannot schedule new futures after
-    shutdown"."""
-    asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(thread_name_prefix="desk-console")
-    )
-
-
 class DeskApp(FastAPI):
     """FastAPI with the security headers outside everything, Starlette's own error
     responses included (and the trusted proxies' headers read first)."""
@@ -200,7 +188,9 @@ def create_app(
                 mail.cancel()
             await worker.stop()
             if desk.runs is not None:
-                own_threads()  # before the queue shuts the pool it lent the loop
+                from tether.durable import own_executor
+
+                own_executor()  # before the queue shuts the pool it lent the loop
                 await desk.runs.stop()
 
     app = DeskApp(
