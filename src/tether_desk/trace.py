@@ -31,6 +31,7 @@ from tether.messages import Usage
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.models import Run, RunEvent
+from tether_desk.operations.transient import is_transient
 
 TEXT_CAP = 2_000
 FLUSH_AFTER = 0.1
@@ -173,8 +174,15 @@ class RunRecorder:
         self._timer = None
         try:
             self.flush()
-        except Exception:  # the run goes on; its end writes what is left
-            log.exception("writing the trace of run %s failed", self.run_id)
+        except Exception as exc:  # the run goes on; its end writes what is left
+            if not is_transient(exc):
+                log.exception("writing the trace of run %s failed", self.run_id)
+                return
+            log.warning(  # an outage: one line, not a traceback per timer
+                "writing the trace of run %s deferred (%s); the run's end writes it",
+                self.run_id,
+                type(exc).__name__,
+            )
 
     def flush(self) -> None:
         """Write the buffered events now."""
