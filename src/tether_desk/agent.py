@@ -34,9 +34,9 @@ from tether.loop import Agent
 from tether.tools import RunContext, Tool, tool
 from tether_desk.db import Database
 from tether_desk.errors import DeskError
-from tether_desk.models import Approval, Refund
+from tether_desk.models import Approval
 from tether_desk.money import cents_from_float, format_cents
-from tether_desk.orders import order_view, order_view_and_waiting
+from tether_desk.orders import order_view, order_view_and_own_refund, order_view_and_waiting
 from tether_desk.refunds import refund
 from tether_desk.thread import agent_view
 
@@ -183,18 +183,12 @@ def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) 
     }
 
 
-_OWN_REFUND = select(Refund.amount_cents).where(
-    Refund.idempotency_key == bindparam("key_"), Refund.order_id == bindparam("order_id_")
-)
-
-
 def _remaining_euros(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> float:
     order_id = ctx.deps.scope.order_id
     key = refund_key(ctx.run_id, ctx.call.id if ctx.call else "")
-    with ctx.deps.db.read_connection() as c:  # indexed reads: no thread hop
-        view = order_view(c, order_id)
-        own = c.scalar(_OWN_REFUND, {"key_": key, "order_id_": order_id}) or 0
-    return (view.remaining_cents + int(own)) / 100
+    with ctx.deps.db.read_connection() as c:  # one indexed read: no thread hop
+        view, own = order_view_and_own_refund(c, order_id, key)
+    return (view.remaining_cents + own) / 100
 
 
 REMAINING = AppValue("what remains paid on the ticket's own order", _remaining_euros)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, select
+from sqlalchemy import Connection, bindparam, case, func, insert, select
 from sqlalchemy.orm import Session
 
 from tether_desk.clock import utcnow
@@ -117,6 +117,58 @@ def commitments(
         sum(o.amount_cents for o in others if o.status == "pending"),
         len(approved),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """What an order owes beyond its paid amount, in totals (one statement): the ledger,
+    and the approvals on the same order or ticket than the one being decided."""
+
+    refunded_cents: int
+    """In the ledger."""
+    approved_unpaid_cents: int
+    """Approved elsewhere, not yet in the ledger: as good as refunded."""
+    prior_approvals: int
+    """Approvals already granted on the same order or the same ticket."""
+
+
+_PAID = (
+    select(Refund.id)
+    .where(Refund.idempotency_key == Approval.run_id + ":" + Approval.call_id)
+    .exists()
+)
+_OWED = (
+    select(
+        select(func.coalesce(func.sum(Refund.amount_cents), 0))
+        .where(Refund.order_id == bindparam("order_id"))
+        .scalar_subquery(),
+        func.coalesce(
+            func.sum(
+                case(
+                    (_PAID, 0), else_=func.coalesce(Approval.approved_cents, Approval.amount_cents)
+                )
+            ),
+            0,
+        ),
+        func.count(Approval.id),
+    )
+    .select_from(Approval)
+    .join(Ticket, Ticket.id == Approval.ticket_id)
+    .where(
+        (Ticket.order_id == bindparam("order_id")) | (Approval.ticket_id == bindparam("ticket_id")),
+        Approval.id != bindparam("approval_id"),
+        Approval.status == "approved",
+    )
+)
+
+
+def owed(connection: Session | Connection, approval_id: int, ticket_id: int, order_id: int) -> Owed:
+    """The ledger's total on ``order_id`` and the totals of :func:`commitments`' approved
+    proposals, in one statement in the caller's transaction (read it after the order's
+    lock: see :mod:`tether_desk.refunds`)."""
+    params = {"order_id": order_id, "ticket_id": ticket_id, "approval_id": approval_id}
+    refunded, unpaid, prior = connection.execute(_OWED, params).one()
+    return Owed(int(refunded), int(unpaid), int(prior))
 
 
 @dataclass(frozen=True, slots=True)
