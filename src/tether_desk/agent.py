@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, case, func, select
 
 from tether.blast import AppValue, AtMost, Bounded, Refusal
 from tether.clients import ChatClient, ChatOptions
@@ -161,11 +161,11 @@ def propose_refund(
     )
 
 
-_APPROVED_CENTS = select(Approval.approved_cents).where(
-    Approval.run_id == bindparam("run_id_"),
-    Approval.call_id == bindparam("call_id_"),
-    Approval.status == "approved",
-)
+_APPROVED_CENTS = select(
+    func.max(case((Approval.status == "approved", Approval.approved_cents)))
+).where(Approval.run_id == bindparam("run_id_"), Approval.call_id == bindparam("call_id_"))
+"""By the run's index (a status in the ``WHERE`` would let SQLite walk every approved
+approval instead); ``None`` unless approved for less than proposed."""
 
 
 def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> dict[str, Any]:
