@@ -34,11 +34,18 @@ CACHED_RUNS = 256
 
 class SqlStateStore:
     """A state store on ``engine`` (tables ``{prefix}run_messages`` and
-    ``{prefix}run_heads``); the calls run in a worker thread (in the caller's thread for an
-    in-memory SQLite database, which lives in one connection)."""
+    ``{prefix}run_heads``); the calls run in a worker thread, or in the caller's thread when
+    ``inline`` (default: only for an in-memory SQLite database, which lives in one
+    connection; an application whose own writes on a local SQLite file block its loop
+    anyway saves a thread hop per call)."""
 
     def __init__(
-        self, engine: Engine, *, prefix: str = "tether_", lease_seconds: float = LEASE_SECONDS
+        self,
+        engine: Engine,
+        *,
+        prefix: str = "tether_",
+        lease_seconds: float = LEASE_SECONDS,
+        inline: bool | None = None,
     ) -> None:
         from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
 
@@ -65,7 +72,7 @@ class SqlStateStore:
             Column("state", Text, nullable=False),
         )
         self._q = _Statements(self._heads, self._messages)
-        self._inline = _in_memory_sqlite(engine)
+        self._inline = _in_memory_sqlite(engine) if inline is None else inline
         self._cache: OrderedDict[str, tuple[str, tuple[Message, ...]]] = OrderedDict()
         self._cache_lock = threading.Lock()
         _create_tables(meta, engine)

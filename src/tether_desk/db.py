@@ -180,7 +180,10 @@ class Database:
             if self._store is None:
                 from tether.state_store import SqlStateStore
 
-                self._store = SqlStateStore(self._writer)
+                # SQLite: the desk's own writes run in the caller's thread, so do the
+                # store's (a claim or a finish is one short transaction: a thread hop
+                # would cost more)
+                self._store = SqlStateStore(self._writer, inline=self.dialect == "sqlite")
         return self._store
 
     def state_keys(self) -> StateKeys:
