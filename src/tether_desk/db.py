@@ -12,6 +12,12 @@ parameters: SQLAlchemy then only looks the compiled statement up in its cache. O
 the ``BEGIN`` goes straight to the driver (one round trip through SQLAlchemy less per
 transaction), and the pragmas keep WAL with ``synchronous=NORMAL`` (a commit is an append
 to the WAL, made durable at checkpoints), a 16 MB page cache and temporary tables in memory.
+
+What ``synchronous=NORMAL`` keeps: every committed transaction survives the process being
+killed (SIGKILL, a crash of Python), since the WAL is written before the commit returns;
+an operating-system crash or power loss can drop the last commits before the next
+checkpoint, never leave half of one (the database stays consistent). ``FULL`` would wait
+for the disk at every commit.
 """
 
 from __future__ import annotations
