@@ -19,6 +19,8 @@
 ``--against REV`` runs the same measures on another revision's desk (its ``src`` exported
 with ``git archive``) in the same run, interleaved round by round with this tree's, so the
 machine's load falls on both alike: the table then has a *before* column.
+``--only plain`` measures the plain pipeline alone (``--tickets N`` per side, default
+1,000) and prints its rows without writing docs/benchmarks.md.
 
 Targets: plain >= 100 tickets/s, <= 10 ms framework + database per ticket at p50; durable
 >= 50 tickets/s, CPU per ticket <= 2x plain; inbox p95 <= 100 ms, also while tickets
@@ -424,6 +426,7 @@ def plain_report(against: str | None, tickets: int) -> None:
     print("|---|" + "---|" * len(names))
     for label, fmt, section, key, _target, _ok in ROWS:
         if section == "p" and key in p["after"]:
+            label = label.replace(f"{TICKETS:,}", f"{tickets:,}")
             print(f"| {label} | " + " | ".join(fmt.format(p[n][key]) for n in names) + " |")
     for k in SHARES:
         print(
