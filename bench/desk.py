@@ -19,6 +19,8 @@
 ``--against REV`` runs the same measures on another revision's desk (its ``src`` exported
 with ``git archive``) in the same run, interleaved round by round with this tree's, so the
 machine's load falls on both alike: the table then has a *before* column.
+``--only plain`` measures the plain pipeline alone (``--tickets N`` per side, default
+1,000) and prints its rows without writing docs/benchmarks.md.
 
 Targets: plain >= 100 tickets/s, <= 10 ms framework + database per ticket at p50; durable
 >= 50 tickets/s, CPU per ticket <= 2x plain; inbox p95 <= 100 ms, also while tickets
@@ -80,9 +82,12 @@ def driver(src: Path | None, *args: object) -> dict[str, Any]:
     return result
 
 
-def pipeline(sides: dict[str, Path | None]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def pipeline(
+    sides: dict[str, Path | None], *, tickets: int = TICKETS, plain_only: bool = False
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Each side's timed batches, plain and durable, interleaved round by round, then its
-    counts and profiles; and each round's figures with the load average at its start."""
+    counts and profiles; and each round's figures with the load average at its start.
+    ``plain_only``: the plain pipeline alone (no durable batch)."""
     timed: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in sides}
     seconds = dict.fromkeys(sides, 0.0)
     durable: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
@@ -90,11 +95,19 @@ def pipeline(sides: dict[str, Path | None]) -> tuple[dict[str, dict[str, Any]], 
     for r in range(ROUNDS):
         for name, src in sides.items():
             load = os.getloadavg()[0]
-            got = driver(src, "pipeline", TICKETS // ROUNDS, "time")
+            got = driver(src, "pipeline", tickets // ROUNDS, "time")
             timed[name]["wall"] += got["wall"]
             timed[name]["cpu"] += got["cpu"]
             seconds[name] += got["seconds"]
-            d = driver(src, "durable", TICKETS // ROUNDS, "time")
+            if plain_only:
+                line = (
+                    f"{name} round {r + 1}, load {load:.1f}: plain {got['n'] / got['seconds']:.0f}"
+                    f"/s {sum(got['cpu']) / got['n'] * 1000:.1f} ms CPU"
+                )
+                rounds.append(line)
+                print(line)
+                continue
+            d = driver(src, "durable", tickets // ROUNDS, "time")
             durable[name].append(d)
             line = (
                 f"{name} round {r + 1}, load {load:.1f}: plain {got['n'] / got['seconds']:.0f}"
@@ -108,8 +121,6 @@ def pipeline(sides: dict[str, Path | None]) -> tuple[dict[str, dict[str, Any]], 
         wall, cpu = timed[name]["wall"], timed[name]["cpu"]
         counts = driver(src, "pipeline", 200, "count")
         shares = driver(src, "pipeline", 200, "profile")["shares"]
-        runs = durable[name]
-        n = sum(d["n"] for d in runs)
         out[name] = {
             "tickets_per_s": len(wall) / seconds[name],
             "p50_ms": pct(wall, 0.5) * 1000,
@@ -119,11 +130,15 @@ def pipeline(sides: dict[str, Path | None]) -> tuple[dict[str, dict[str, Any]], 
             "statements": counts["statements"],
             "transactions": counts["transactions"],
             "shares": shares,
-            "durable_per_s": n / sum(d["seconds"] for d in runs),
-            "durable_cpu_ms": sum(d["cpu_ms"] * d["n"] for d in runs) / n,
-            "durable_shares": driver(src, "durable", 100, "profile")["shares"],
-            **durable_counts(driver(src, "durable", 100, "count")),
         }
+        if plain_only:
+            continue
+        runs = durable[name]
+        n = sum(d["n"] for d in runs)
+        out[name]["durable_per_s"] = n / sum(d["seconds"] for d in runs)
+        out[name]["durable_cpu_ms"] = sum(d["cpu_ms"] * d["n"] for d in runs) / n
+        out[name]["durable_shares"] = driver(src, "durable", 100, "profile")["shares"]
+        out[name].update(durable_counts(driver(src, "durable", 100, "count")))
         out[name]["durable_ratio"] = out[name]["durable_cpu_ms"] / out[name]["cpu_mean_ms"]
     return out, rounds
 
@@ -412,10 +427,51 @@ def table(
     return "\n".join(lines)
 
 
+def plain_report(against: str | None, tickets: int) -> None:
+    """The plain pipeline alone, this tree (and ``against``'s desk), printed."""
+    with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
+        sides: dict[str, Path | None] = {}
+        if against:
+            sides["before"] = export(against, Path(tmp))
+        sides["after"] = None
+        load0 = os.getloadavg()[0]
+        p, _ = pipeline(sides, tickets=tickets, plain_only=True)
+        load1 = os.getloadavg()[0]
+    names = list(sides)
+    print(f"\nload average {load0:.1f} to {load1:.1f}; {tickets:,} tickets per side")
+    print("| measure | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for label, fmt, section, key, _target, _ok in ROWS:
+        if section == "p" and key in p["after"]:
+            label = label.replace(f"{TICKETS:,}", f"{tickets:,}")
+            print(f"| {label} | " + " | ".join(fmt.format(p[n][key]) for n in names) + " |")
+    for k in SHARES:
+        print(
+            f"| share: {k} | "
+            + " | ".join(f"{p[n]['shares'].get(k, 0.0):.0%}" for n in names)
+            + " |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", metavar="REV", help="compare with this revision's desk")
+    parser.add_argument(
+        "--only",
+        choices=("plain",),
+        help="plain: only the plain pipeline (timed batches, counts, profile), printed as a "
+        "table; docs/benchmarks.md is not written",
+    )
+    parser.add_argument(
+        "--tickets",
+        type=int,
+        default=TICKETS,
+        help=f"with --only plain: tickets per side (default {TICKETS:,})",
+    )
     args = parser.parse_args()
+    if args.only == "plain":
+        plain_report(args.against, args.tickets)
+        return
     with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
         sides: dict[str, Path | None] = {}
         if args.against:

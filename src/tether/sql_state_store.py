@@ -34,11 +34,18 @@ CACHED_RUNS = 256
 
 class SqlStateStore:
     """A state store on ``engine`` (tables ``{prefix}run_messages`` and
-    ``{prefix}run_heads``); the calls run in a worker thread (in the caller's thread for an
-    in-memory SQLite database, which lives in one connection)."""
+    ``{prefix}run_heads``); the calls run in a worker thread, or in the caller's thread when
+    ``inline`` (default: only for an in-memory SQLite database, which lives in one
+    connection; an application whose own writes on a local SQLite file block its loop
+    anyway saves a thread hop per call)."""
 
     def __init__(
-        self, engine: Engine, *, prefix: str = "tether_", lease_seconds: float = LEASE_SECONDS
+        self,
+        engine: Engine,
+        *,
+        prefix: str = "tether_",
+        lease_seconds: float = LEASE_SECONDS,
+        inline: bool | None = None,
     ) -> None:
         from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
 
@@ -64,7 +71,8 @@ class SqlStateStore:
             Column("digest", String(64), nullable=False),
             Column("state", Text, nullable=False),
         )
-        self._inline = _in_memory_sqlite(engine)
+        self._q = _Statements(self._heads, self._messages)
+        self._inline = _in_memory_sqlite(engine) if inline is None else inline
         self._cache: OrderedDict[str, tuple[str, tuple[Message, ...]]] = OrderedDict()
         self._cache_lock = threading.Lock()
         _create_tables(meta, engine)
@@ -79,25 +87,25 @@ class SqlStateStore:
 
     async def claim(self, run_id: str, sequence: int) -> Lease | None:
         lease = new_lease(run_id, sequence, self.lease_seconds)
-        h = self._heads.c
-        won = self._heads.update().where(
-            h.run_id == run_id,
-            h.sequence == sequence,
-            (h.status == "waiting") | ((h.status == "claimed") & (h.expires_at < time.time())),
-        )
-        values = {"status": "claimed", "owner": lease.owner, "expires_at": lease.expires_at}
-        count = await self._call(self._in_transaction, _rowcount, won.values(**values))
+        params = {
+            "run_id_": run_id,
+            "sequence_": sequence,
+            "now_": time.time(),
+            "owner": lease.owner,
+            "expires_at": lease.expires_at,
+        }
+        count = await self._call(self._in_transaction, _rowcount, self._q.claim, params)
         return lease if count == 1 else None
 
     async def renew(self, lease: Lease) -> Lease | None:
         fresh = Lease(lease.run_id, lease.sequence, lease.owner, time.time() + self.lease_seconds)
-        stmt = self._held(lease).values(expires_at=fresh.expires_at)
-        count = await self._call(self._in_transaction, _rowcount, stmt)
+        params = {**_held(lease), "expires_at": fresh.expires_at}
+        count = await self._call(self._in_transaction, _rowcount, self._q.held, params)
         return fresh if count == 1 else None
 
     async def release(self, lease: Lease) -> None:
-        stmt = self._held(lease).values(status="waiting", owner=None, expires_at=None)
-        await self._call(self._in_transaction, _rowcount, stmt)
+        params = {**_held(lease), "status": "waiting", "owner": None, "expires_at": None}
+        await self._call(self._in_transaction, _rowcount, self._q.held, params)
 
     async def finish(self, lease: Lease, state: RunState | None) -> None:
         await self._call(self._in_transaction, self.finish_in, lease, state)
@@ -110,9 +118,7 @@ class SqlStateStore:
         row = self._head(conn, state.run_id)
         if row is None:
             self._append(conn, state, 0, "")
-            conn.execute(
-                self._heads.insert(), {"run_id": state.run_id, **self._values(state, record)}
-            )
+            conn.execute(self._q.insert, {"run_id": state.run_id, **self._values(state, record)})
             return
         if row.sequence == state.version and row.state == record:
             return
@@ -123,9 +129,8 @@ class SqlStateStore:
                 "stored by the resume that claimed it"
             )
         self._append(conn, state, row.length, row.digest)
-        h = self._heads.c
-        stmt = self._heads.update().where(h.run_id == state.run_id, h.sequence == row.sequence)
-        if conn.execute(stmt.values(**self._values(state, record))).rowcount != 1:
+        params = {"run_id_": state.run_id, "sequence_": row.sequence}
+        if conn.execute(self._q.next, {**params, **self._values(state, record)}).rowcount != 1:
             raise StateError(f"run {state.run_id} changed while its state was saved; try again")
 
     def finish_in(self, conn: Connection, lease: Lease, state: RunState | None) -> None:
@@ -141,15 +146,12 @@ class SqlStateStore:
             record = json.dumps(state.to_dict(transcript=False), ensure_ascii=False, default=str)
             self._append(conn, state, row.length, row.digest)
             values = self._values(state, record)
-        if conn.execute(self._held(lease).values(**values)).rowcount != 1:
+        if conn.execute(self._q.held, {**_held(lease), **values}).rowcount != 1:
             raise lost(lease)
 
     def load_in(self, conn: Connection, run_id: str) -> RunState | None:
         """:meth:`load` on the caller's connection (in its transaction, if one is open)."""
-        from sqlalchemy import select
-
-        h = self._heads.c
-        row = conn.execute(select(h.length, h.state, h.status).where(h.run_id == run_id)).first()
+        row = conn.execute(self._q.load, {"run_id_": run_id}).first()
         if row is None or row.status == "ended":
             return None
         known, start = self._known(run_id, row.length)  # our own copy of its first messages
@@ -165,16 +167,10 @@ class SqlStateStore:
     def _read(
         self, conn: Connection, run_id: str, row: Any, known: tuple[Message, ...], start: str
     ) -> RunState:
-        from sqlalchemy import select
-
-        m = self._messages.c
-        texts = list(
-            conn.execute(
-                select(m.message)
-                .where(m.run_id == run_id, m.position >= len(known), m.position < row.length)
-                .order_by(m.position)
-            ).scalars()
-        )
+        texts: list[str] = []
+        if len(known) < row.length:  # else every message is known: nothing to read
+            params = {"run_id_": run_id, "from_": len(known), "to_": row.length}
+            texts = list(conn.execute(self._q.texts, params).scalars())
         digest = (len(known) + len(texts), chain(texts, start))
         try:
             record = json.loads(row.state)
@@ -202,20 +198,7 @@ class SqlStateStore:
         return cached[1], cached[0]
 
     def _head(self, conn: Connection, run_id: str) -> Any:
-        from sqlalchemy import select
-
-        h = self._heads.c
-        cols = (h.sequence, h.status, h.owner, h.expires_at, h.length, h.digest, h.state)
-        return conn.execute(select(*cols).where(h.run_id == run_id)).first()
-
-    def _held(self, lease: Lease) -> Any:
-        h = self._heads.c
-        return self._heads.update().where(
-            h.run_id == lease.run_id,
-            h.sequence == lease.sequence,
-            h.owner == lease.owner,
-            h.status == "claimed",
-        )
+        return conn.execute(self._q.head, {"run_id_": run_id}).first()
 
     def _append(self, conn: Connection, state: RunState, n: int, stored: str) -> None:
         """Insert the messages of ``state`` after the ``n`` stored ones (whose chain is
@@ -230,7 +213,7 @@ class SqlStateStore:
             raise StateError(f"the state of run {state.run_id!r} does not match its seal")
         if texts:
             conn.execute(
-                self._messages.insert(),
+                self._q.insert_messages,
                 [
                     {"run_id": state.run_id, "position": n + i, "message": text}
                     for i, text in enumerate(texts)
@@ -265,8 +248,51 @@ class SqlStateStore:
         return await asyncio.to_thread(how, *args)
 
 
-def _rowcount(conn: Connection, stmt: Any) -> int:
-    return int(conn.execute(stmt).rowcount)
+class _Statements:
+    """The store's statements, built once with bound parameters (a call only looks its
+    compiled form up). The row's new values are passed as parameters named after its
+    columns; the ``WHERE`` parameters end in ``_``."""
+
+    def __init__(self, heads: Table, messages: Table) -> None:
+        from sqlalchemy import bindparam, select
+
+        h, m = heads.c, messages.c
+        run = h.run_id == bindparam("run_id_")
+        at = h.sequence == bindparam("sequence_")
+        cols = (h.sequence, h.status, h.owner, h.expires_at, h.length, h.digest, h.state)
+        self.head = select(*cols).where(run)
+        self.load = select(h.length, h.state, h.status).where(run)
+        self.texts = (
+            select(m.message)
+            .where(
+                m.run_id == bindparam("run_id_"),
+                m.position >= bindparam("from_"),
+                m.position < bindparam("to_"),
+            )
+            .order_by(m.position)
+        )
+        self.insert = heads.insert()
+        self.insert_messages = messages.insert()
+        self.next = heads.update().where(run, at)
+        """Store the next state over ``sequence_``."""
+        expired = (h.status == "claimed") & (h.expires_at < bindparam("now_"))
+        self.claim = (
+            heads.update()
+            .where(run, at, (h.status == "waiting") | expired)
+            .values(status="claimed")
+        )
+        self.held = heads.update().where(
+            run, at, h.owner == bindparam("owner_"), h.status == "claimed"
+        )
+        """Change the row of a lease still held (:func:`_held` gives its parameters)."""
+
+
+def _held(lease: Lease) -> dict[str, Any]:
+    return {"run_id_": lease.run_id, "sequence_": lease.sequence, "owner_": lease.owner}
+
+
+def _rowcount(conn: Connection, stmt: Any, params: dict[str, Any]) -> int:
+    return int(conn.execute(stmt, params).rowcount)
 
 
 def _in_memory_sqlite(engine: Engine) -> bool:

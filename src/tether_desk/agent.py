@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
-from sqlalchemy import bindparam, select
 
 from tether.blast import AppValue, AtMost, Bounded, Refusal
 from tether.clients import ChatClient, ChatOptions
@@ -34,9 +33,8 @@ from tether.loop import Agent
 from tether.tools import RunContext, Tool, tool
 from tether_desk.db import Database
 from tether_desk.errors import DeskError
-from tether_desk.models import Approval, Refund
 from tether_desk.money import cents_from_float, format_cents
-from tether_desk.orders import order_view, order_view_and_waiting
+from tether_desk.orders import order_view, order_view_and_own_refund, order_view_and_waiting
 from tether_desk.refunds import refund
 from tether_desk.thread import agent_view
 
@@ -145,33 +143,24 @@ def propose_refund(
     call_id = ctx.call.id if ctx.call else ""
     key = refund_key(ctx.run_id, call_id)
     asked = cents_from_float(amount)
-    with deps.db.read_connection() as c:  # staff may have approved less than was asked
-        approved = c.scalar(_APPROVED_CENTS, {"run_id_": ctx.run_id, "call_id_": call_id})
-    cents = asked if approved is None else min(asked, int(approved))
-    try:
+    try:  # staff may have approved less than was asked: the ledger reads it with the sum
         done = refund(
             deps.db,
             deps.scope.order_id,
-            cents,
+            asked,
             key,
             ticket_id=deps.scope.ticket_id,
             approved_by=deps.approved_by,
+            approval=(ctx.run_id, call_id),
         )
     except DeskError as exc:
         raise ToolFailure(str(exc)) from None
-    if cents == asked:
+    if done.amount_cents == asked:
         return done.sentence()
     return (
-        f"{done.sentence()} Staff approved {format_cents(cents)} EUR of the "
+        f"{done.sentence()} Staff approved {format_cents(done.amount_cents)} EUR of the "
         f"{format_cents(asked)} EUR proposed."
     )
-
-
-_APPROVED_CENTS = select(Approval.approved_cents).where(
-    Approval.run_id == bindparam("run_id_"),
-    Approval.call_id == bindparam("call_id_"),
-    Approval.status == "approved",
-)
 
 
 def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> dict[str, Any]:
@@ -189,18 +178,12 @@ def _approval_context(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) 
     }
 
 
-_OWN_REFUND = select(Refund.amount_cents).where(
-    Refund.idempotency_key == bindparam("key_"), Refund.order_id == bindparam("order_id_")
-)
-
-
 def _remaining_euros(arguments: Mapping[str, Any], ctx: RunContext[AgentDeps]) -> float:
     order_id = ctx.deps.scope.order_id
     key = refund_key(ctx.run_id, ctx.call.id if ctx.call else "")
-    with ctx.deps.db.read_connection() as c:  # indexed reads: no thread hop
-        view = order_view(c, order_id)
-        own = c.scalar(_OWN_REFUND, {"key_": key, "order_id_": order_id}) or 0
-    return (view.remaining_cents + int(own)) / 100
+    with ctx.deps.db.read_connection() as c:  # one indexed read: no thread hop
+        view, own = order_view_and_own_refund(c, order_id, key)
+    return (view.remaining_cents + own) / 100
 
 
 REMAINING = AppValue("what remains paid on the ticket's own order", _remaining_euros)

@@ -21,12 +21,11 @@ from tether.errors import StateClaimed, StateError
 from tether.messages import Usage
 from tether.outcomes import Decision
 from tether_desk.agent import refund_agent
-from tether_desk.approvals import commitments
+from tether_desk.approvals import owed
 from tether_desk.clock import utcnow
 from tether_desk.errors import Conflict, InvalidInput, NotFound, RuleViolation
 from tether_desk.models import Approval, Order, Run, Ticket
 from tether_desk.money import format_cents, parse_amount
-from tether_desk.orders import refunded_cents
 from tether_desk.pipeline import Desk, load_scope, set_status, settle
 from tether_desk.thread import follow_up
 from tether_desk.thread_store import decision_event
@@ -149,9 +148,9 @@ def _check_approval(c: Connection, a: Any, typed_amount: str, approve_cents: int
             f"Approve an amount above 0 and at most the {format_cents(a.amount_cents)} EUR "
             "proposed; nothing was refunded."
         )
-    # read after the order's lock, each in its own statement (see refunds.py)
-    committed = commitments(c, a.id, a.ticket_id, a.order_id)
-    refunded = refunded_cents(c, a.order_id)
+    # read after the order's lock, in a statement of its own (see refunds.py)
+    committed = owed(c, a.id, a.ticket_id, a.order_id)
+    refunded = committed.refunded_cents
     remaining = a.amount_paid_cents - refunded - committed.approved_unpaid_cents
     if cents > remaining:
         raise RuleViolation(

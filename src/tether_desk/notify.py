@@ -44,9 +44,21 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from email.message import EmailMessage
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
-from sqlalchemy import Connection, bindparam, or_, select, update
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Executable,
+    String,
+    bindparam,
+    cast,
+    literal,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from tether.errors import ConfigError
@@ -174,33 +186,100 @@ def mailer_of(spec: str) -> Mailer | None:
     return SmtpMailer(host, int(port), float(timeout))
 
 
+_COLUMNS = ["key", "to_addr", "subject", "body", "created_at", "attempts", "last_error"]
+_STATEMENTS: dict[tuple[str, str], Executable] = {}
+"""Built once per dialect: ``one`` (a notification), ``staff`` (one per staff member)."""
+
+
+def _statement(connection: Connection, which: str) -> Executable:
+    key = (connection.dialect.name, which)
+    found = _STATEMENTS.get(key)
+    if found is None:
+        found = _STATEMENTS[key] = _build(connection.dialect.name, which)
+    return found
+
+
+def _build(dialect: str, which: str) -> Executable:
+    make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    if which == "one":
+        values: dict[str, Any] = {c: bindparam(c) for c in _COLUMNS[:5]}
+        statement = make(Notification).values(**values, attempts=0, last_error="")
+    else:  # every staff member, in one statement
+        key = bindparam("key_prefix", type_=String) + cast(Staff.id, String)
+        rows = select(
+            key,
+            Staff.email,
+            bindparam("subject", type_=String),
+            bindparam("body", type_=String),
+            bindparam("created_at", type_=DateTime()),
+            literal(0),
+            literal(""),
+        ).where(true())  # SQLite: INSERT ... SELECT ... ON CONFLICT needs a WHERE
+        statement = make(Notification).from_select(_COLUMNS, rows)
+    return statement.on_conflict_do_nothing(index_elements=["key"])
+
+
 def _insert(connection: Connection, key: str, to: str, subject: str, body: str) -> None:
-    make = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
     values = {"key": key, "to_addr": to, "subject": subject[:200], "body": body}
-    statement = make(Notification).values(**values, created_at=utcnow(), attempts=0)
-    connection.execute(statement.on_conflict_do_nothing(index_elements=["key"]))
+    connection.execute(_statement(connection, "one"), {**values, "created_at": utcnow()})
+
+
+_REPLY_TO = (
+    select(Customer.email, Customer.name, Ticket.subject)
+    .join(Ticket, Ticket.customer_id == Customer.id)
+    .where(Ticket.id == bindparam("ticket_id"))
+)
+_ORDER_NUMBER = (
+    select(Order.number)
+    .join(Ticket, Ticket.order_id == Order.id)
+    .where(Ticket.id == bindparam("ticket_id"))
+)
 
 
 def queue_reply(connection: Connection, ticket_id: int, message_id: int, body: str) -> None:
     """Queue the e-mail telling the customer of staff's reply ``message_id``."""
-    row = connection.execute(
-        select(Customer.email, Customer.name, Ticket.subject)
-        .join(Ticket, Ticket.customer_id == Customer.id)
-        .where(Ticket.id == ticket_id)
-    ).one()
-    text = f"Bonjour {row.name},\n\n{body}\n\nRepondez depuis votre ticket #{ticket_id}."
-    _insert(connection, f"reply:{message_id}", row.email, f"Re: {row.subject}", text)
+    row = connection.execute(_REPLY_TO, {"ticket_id": ticket_id}).one()
+    queue_reply_to(connection, ticket_id, message_id, body, row.email, row.name, row.subject)
 
 
-def queue_approval(connection: Connection, approval_id: int, ticket_id: int, cents: int) -> None:
-    """Queue, for every staff member, the e-mail saying a refund waits for approval."""
-    number = connection.scalar(
-        select(Order.number).join(Ticket, Ticket.order_id == Order.id).where(Ticket.id == ticket_id)
-    )
-    subject = f"Refund of {format_cents(cents)} EUR waits for approval (order {number})"
+def queue_reply_to(
+    connection: Connection,
+    ticket_id: int,
+    message_id: int,
+    body: str,
+    email: str,
+    name: str,
+    subject: str,
+) -> None:
+    """:func:`queue_reply` for a caller that already read the customer's ``email`` and
+    ``name`` and the ticket's ``subject`` (one statement)."""
+    text = f"Bonjour {name},\n\n{body}\n\nRepondez depuis votre ticket #{ticket_id}."
+    _insert(connection, f"reply:{message_id}", email, f"Re: {subject}", text)
+
+
+def queue_approval(
+    connection: Connection,
+    approval_id: int,
+    ticket_id: int,
+    cents: int,
+    *,
+    order_number: str | None = None,
+) -> None:
+    """Queue, for every staff member, the e-mail saying a refund waits for approval (one
+    statement when the caller gives the ticket's ``order_number``)."""
+    if order_number is None:
+        order_number = connection.scalar(_ORDER_NUMBER, {"ticket_id": ticket_id})
+    subject = f"Refund of {format_cents(cents)} EUR waits for approval (order {order_number})"
     body = f"{subject}.\nDecide it at /staff/approvals/{approval_id}."
-    for staff_id, email in connection.execute(select(Staff.id, Staff.email)).all():
-        _insert(connection, f"approval:{approval_id}:{staff_id}", email, subject, body)
+    connection.execute(
+        _statement(connection, "staff"),
+        {
+            "key_prefix": f"approval:{approval_id}:",
+            "subject": subject[:200],
+            "body": body,
+            "created_at": utcnow(),
+        },
+    )
 
 
 _CLAIM = (

@@ -39,6 +39,12 @@ _WAITING = (
     .scalar_subquery()
 )
 _ORDER_VIEW_AND_WAITING = select(*_VIEW_COLUMNS, _WAITING).where(Order.id == bindparam("order_id"))
+_ORDER_VIEW_AND_OWN = select(
+    *_VIEW_COLUMNS,
+    select(Refund.amount_cents)
+    .where(Refund.idempotency_key == bindparam("key"), Refund.order_id == Order.id)
+    .scalar_subquery(),
+).where(Order.id == bindparam("order_id"))
 _REFUNDED_TOTAL = select(func.coalesce(func.sum(Refund.amount_cents), 0)).where(
     Refund.order_id == bindparam("order_id")
 )
@@ -95,6 +101,17 @@ def order_view_and_waiting(
     if row is None:
         raise NotFound("No such order.")
     return OrderView(row[0], row[1], row[2], row[3], int(row[4]), row[5]), row[6]
+
+
+def order_view_and_own_refund(
+    session: Session | Connection, order_id: int, key: str
+) -> tuple[OrderView, int]:
+    """The order's view and what the refund under idempotency ``key`` already refunded on
+    it (0: none), in one statement."""
+    row = session.execute(_ORDER_VIEW_AND_OWN, {"order_id": order_id, "key": key}).one_or_none()
+    if row is None:
+        raise NotFound("No such order.")
+    return OrderView(row[0], row[1], row[2], row[3], int(row[4]), row[5]), int(row[6] or 0)
 
 
 def customer_orders(session: Session, customer_id: int) -> list[OrderView]:

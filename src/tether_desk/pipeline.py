@@ -44,7 +44,7 @@ from tether_desk.models import Customer, Draft, Message, Order, Ticket
 from tether_desk.money import format_cents
 from tether_desk.notify import Mailer, queue_approval, queue_reply
 from tether_desk.orders import OrderView, order_view, order_view_and_waiting
-from tether_desk.thread import customer_text_seen, follow_up
+from tether_desk.thread import follow_up, joined_text, newest_within_cap
 from tether_desk.tickets import MAX_BODY, agent_draft, set_ticket
 from tether_desk.trace import RunRecorder
 from tether_desk.triage import TriageResult, classify
@@ -57,7 +57,7 @@ STATUS_LABELS = {
     "cancelled": "annulee",
 }
 MAX_SETTLE_ROUNDS = 6
-_SCOPE = (
+_SCOPE = (  # with the customer's messages, newest first (thread.customer_messages)
     select(
         Ticket.id,
         Ticket.order_id,
@@ -66,10 +66,21 @@ _SCOPE = (
         Ticket.subject,
         Ticket.body,
         Ticket.round,
+        Message.id,
+        Message.body,
+        Message.created_at,
     )
     .join(Order, Order.id == Ticket.order_id)
     .join(Customer, Customer.id == Ticket.customer_id)
+    .outerjoin(Message, (Message.ticket_id == Ticket.id) & (Message.kind == "customer"))
     .where(Ticket.id == bindparam("ticket_id_"))
+    .order_by(Message.id.desc())
+    .limit(50)
+)
+_TRIAGED = (
+    update(Ticket)
+    .where(Ticket.id == bindparam("ticket_id_"))
+    .values(category=bindparam("category_"))
 )
 _STATUS = select(Ticket.status).where(Ticket.id == bindparam("ticket_id_"))
 _CLAIM = (
@@ -131,11 +142,13 @@ def new_run_id() -> str:
 def load_scope(db: Database, ticket_id: int) -> TicketScope:
     """The ticket's scope: its order from the account, its text."""
     with db.read_connection() as s:
-        row = s.execute(_SCOPE, {"ticket_id_": ticket_id}).one_or_none()
-        if row is None:
-            raise NotFound(f"There is no ticket {ticket_id}.")
-        text, seen = customer_text_seen(s, ticket_id)  # the thread's customer messages
-    return TicketScope(*row[:5], text or row[5], seen=seen, round=row[6])
+        rows = s.execute(_SCOPE, {"ticket_id_": ticket_id}).all()
+    if not rows:
+        raise NotFound(f"There is no ticket {ticket_id}.")
+    messages = newest_within_cap([r[7:] for r in rows if r[7] is not None])
+    text = joined_text(messages)  # the whole thread's customer messages
+    seen = messages[-1][0] if messages else 0  # where follow_up looks from
+    return TicketScope(*rows[0][:5], text or rows[0][5], seen=seen, round=rows[0][6])
 
 
 def set_status(db: Database, ticket_id: int, status: str, **values: object) -> None:
@@ -217,8 +230,12 @@ def record_triage(recorder: RunRecorder, scope: TicketScope, result: TriageResul
         "completed" if not result.error else "fallback",
         result.error or result.category,
         result.usage,
-        update(Ticket).where(Ticket.id == scope.ticket_id).values(category=result.category),
+        partial(_set_category, ticket_id=scope.ticket_id, category=result.category),
     )
+
+
+def _set_category(connection: Connection, ticket_id: int, category: str) -> None:
+    connection.execute(_TRIAGED, {"ticket_id_": ticket_id, "category_": category})
 
 
 def _answer_tracking(db: Database, scope: TicketScope) -> None:
@@ -330,7 +347,8 @@ def store_approval(
             approval_id = insert_approval(c, values)
         if not set_ticket(c, scope.ticket_id, status="awaiting_approval"):
             raise _Answered  # staff replied while the agent ran: their reply stands
-        queue_approval(c, approval_id, scope.ticket_id, values["amount_cents"])
+        cents = values["amount_cents"]
+        queue_approval(c, approval_id, scope.ticket_id, cents, order_number=scope.order_number)
         note_approval(recorder, approval_id, values)
         stored.append(approval_id)
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import bindparam, case, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from tether_desk.db import Database
 from tether_desk.errors import InvalidInput, RuleViolation
-from tether_desk.models import Order, Refund
+from tether_desk.models import Approval, Order, Refund
 from tether_desk.money import format_cents
 from tether_desk.orders import refunded_cents
 
@@ -41,6 +41,13 @@ _LEDGER = select(
     _BY_KEY.with_only_columns(Refund.order_id).scalar_subquery(),
     _BY_KEY.with_only_columns(Refund.amount_cents).scalar_subquery(),
 )
+_APPROVED_CENTS = (  # by the run's index: a status in the WHERE would walk every approved
+    select(func.max(case((Approval.status == "approved", Approval.approved_cents))))
+    .where(Approval.run_id == bindparam("run_id"), Approval.call_id == bindparam("call_id"))
+    .scalar_subquery()
+)
+_LEDGER_AND_APPROVED = _LEDGER.add_columns(_APPROVED_CENTS)
+"""The ledger, and the amount staff approved for the call (``None``: as proposed)."""
 _INSERT = insert(Refund)
 
 
@@ -72,13 +79,17 @@ def refund(
     *,
     ticket_id: int | None = None,
     approved_by: int | None = None,
+    approval: tuple[str, str] | None = None,
 ) -> RefundResult:
     """Refund ``amount_cents`` on the order unless the cumulative total would pass what
-    was paid; a second call with the same ``key`` refunds nothing and says so."""
+    was paid; a second call with the same ``key`` refunds nothing and says so.
+    ``approval``: the (run id, call id) of the approval the refund carries out; if staff
+    approved less than was proposed, that amount is refunded (read in the same statement
+    as the ledger: the result's ``amount_cents`` says which)."""
     if not key or len(key) > 200:
         raise InvalidInput("A refund needs an idempotency key of 1 to 200 characters.")
     try:
-        return _refund_once(db, order_id, amount_cents, key, ticket_id, approved_by)
+        return _refund_once(db, order_id, amount_cents, key, ticket_id, approved_by, approval)
     except IntegrityError:
         # Another transaction inserted this key between our check and our insert.
         return _replayed(db, key)
@@ -91,12 +102,21 @@ def _refund_once(
     key: str,
     ticket_id: int | None,
     approved_by: int | None,
+    approval: tuple[str, str] | None = None,
 ) -> RefundResult:
     with db.write_connection() as s:
         order = s.execute(_LOCK_ORDER, {"order_id": order_id}).one_or_none()
         if order is None:
             raise InvalidInput("Refund refused: there is no such order.")
-        done, key_order, key_amount = s.execute(_LEDGER, {"order_id": order_id, "key": key}).one()
+        params = {"order_id": order_id, "key": key}
+        if approval is None:
+            done, key_order, key_amount = s.execute(_LEDGER, params).one()
+        else:
+            run_id, call_id = approval
+            row = s.execute(_LEDGER_AND_APPROVED, {**params, "run_id": run_id, "call_id": call_id})
+            done, key_order, key_amount, approved = row.one()
+            if approved is not None:
+                amount_cents = min(amount_cents, int(approved))
         done = int(done)
         if key_order is not None:
             if key_order != order_id or key_amount != amount_cents:

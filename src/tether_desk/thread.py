@@ -11,6 +11,7 @@ request stays under a fixed size however long the thread grows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -54,13 +55,13 @@ WROTE_DURING_ROUND = (
 )
 RUNS_AGAIN = "The customer wrote while the desk worked on the ticket; it runs again on the thread."
 
-_LATEST = (
-    select(Message.id, Message.kind, Message.body, Message.created_at)
+_COUNT = select(func.count(Message.id)).where(Message.ticket_id == bindparam("ticket_id_"))
+_LATEST = (  # and how many messages the thread has, in the same statement
+    select(Message.id, Message.kind, Message.body, Message.created_at, _COUNT.scalar_subquery())
     .where(Message.ticket_id == bindparam("ticket_id_"))
     .order_by(Message.id.desc())
     .limit(AGENT_RECENT + 1)
 )
-_COUNT = select(func.count(Message.id)).where(Message.ticket_id == bindparam("ticket_id_"))
 _CUSTOMER = (
     select(Message.id, Message.body, Message.created_at)
     .where(Message.ticket_id == bindparam("ticket_id_"), Message.kind == "customer")
@@ -113,7 +114,12 @@ def thread(db: Database, ticket_id: int, *, staff: bool) -> list[ThreadMessage]:
 def customer_messages(connection: Connection, ticket_id: int) -> list[tuple[int, str, datetime]]:
     """The customer's latest messages (id, text, time), oldest first, at most
     :data:`CUSTOMER_TEXT_CAP` characters together (the newest are kept)."""
-    rows = connection.execute(_CUSTOMER, {"ticket_id_": ticket_id}).all()
+    return newest_within_cap(connection.execute(_CUSTOMER, {"ticket_id_": ticket_id}).all())
+
+
+def newest_within_cap(rows: Sequence[Any]) -> list[tuple[int, str, datetime]]:
+    """Of the customer's messages ``rows`` (id, text, time), newest first, those kept by
+    :func:`customer_messages`, oldest first."""
     kept: list[tuple[int, str, datetime]] = []
     size = 0
     for message_id, body, created_at in rows:
@@ -127,18 +133,14 @@ def customer_messages(connection: Connection, ticket_id: int) -> list[tuple[int,
 def customer_text(connection: Connection, ticket_id: int) -> str:
     """The customer's messages as one text (triage, the instruction detector), each after a
     line naming it when there are several."""
-    return customer_text_seen(connection, ticket_id)[0]
+    return joined_text(customer_messages(connection, ticket_id))
 
 
-def customer_text_seen(connection: Connection, ticket_id: int) -> tuple[str, int]:
-    """:func:`customer_text` and the id of the newest customer message it holds (0: none),
-    read together: what a round reads, and where :func:`follow_up` looks from."""
-    messages = customer_messages(connection, ticket_id)
-    seen = messages[-1][0] if messages else 0
+def joined_text(messages: Sequence[tuple[int, str, datetime]]) -> str:
+    """:func:`customer_text` of the messages :func:`customer_messages` returned."""
     if len(messages) == 1:
-        return messages[0][1], seen
-    text = "\n\n".join(f"[message #{i}, {t:%Y-%m-%d %H:%M}]\n{b}" for i, b, t in messages)
-    return text, seen
+        return messages[0][1]
+    return "\n\n".join(f"[message #{i}, {t:%Y-%m-%d %H:%M}]\n{b}" for i, b, t in messages)
 
 
 def _cut(text: str, cap: int) -> str:
@@ -153,7 +155,7 @@ def agent_view(connection: Connection, ticket_id: int) -> dict[str, Any]:
     out (how many of each kind, and its latest events in full)."""
     params = {"ticket_id_": ticket_id}
     recent = connection.execute(_LATEST, params).all()
-    total = int(connection.scalar(_COUNT, params) or 0)
+    total = int(recent[0][-1] or 0) if recent else 0
     latest = next((r for r in recent if r.kind == "customer"), None)
     if latest is None:
         found = customer_messages(connection, ticket_id)

@@ -20,7 +20,7 @@ from tether_desk.db import Database
 from tether_desk.draft_quality import problems
 from tether_desk.errors import InvalidInput, NotFound, RateLimited, Stale
 from tether_desk.models import Customer, Draft, Order, Ticket, TicketCount
-from tether_desk.notify import queue_reply
+from tether_desk.notify import queue_reply_to
 from tether_desk.orders import customer_order_id
 from tether_desk.thread_store import add_message
 
@@ -46,10 +46,15 @@ _TICKET_AND_DRAFT = (
         Draft.body,
         Draft.version,
         Draft.author,
+        Customer.email,
+        Customer.name,
+        Ticket.subject,
     )
+    .join(Customer, Customer.id == Ticket.customer_id)
     .outerjoin(Draft, Draft.ticket_id == Ticket.id)
     .where(Ticket.id == bindparam("ticket_id_"))
 )
+"""What sending checks, and whom the reply's e-mail goes to."""
 _DRAFT_READY = _SET_TICKET.values(status="draft_ready")
 _SEND_DRAFT = (
     update(Draft)
@@ -401,7 +406,7 @@ def send_reply(
         row = c.execute(_TICKET_AND_DRAFT, {"ticket_id_": ticket_id}).one_or_none()
         if row is None:
             raise NotFound(f"There is no ticket {ticket_id}.")
-        status, version, replied_at, draft_id, body, d_version, d_author = row
+        status, version, replied_at, draft_id, body, d_version, d_author = row[:7]
         if replied_at is not None:
             raise Stale(
                 "This ticket was already answered; nothing more was sent.",
@@ -451,4 +456,5 @@ def send_reply(
         if not (sent and answered):  # changed between the read and the write (PostgreSQL)
             raise Stale("This ticket changed as you sent it; nothing was sent.", back=back)
         message_id = add_message(c, ticket_id, "staff", body, author_id=staff_id)
-        queue_reply(c, ticket_id, message_id, body)  # sent by the outbox, once
+        email, name, subject = row[7:]
+        queue_reply_to(c, ticket_id, message_id, body, email, name, subject)  # sent once

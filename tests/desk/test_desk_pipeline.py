@@ -13,7 +13,7 @@ from sqlalchemy import select
 from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, decide, expire_due, resume
 from tether_desk.errors import Conflict, InvalidInput
-from tether_desk.models import Draft, Run, RunEvent
+from tether_desk.models import Draft, Message, Notification, Run, RunEvent, Staff
 from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.tickets import draft_of, send_reply
 
@@ -223,6 +223,15 @@ async def test_the_whole_refund_path_on_postgresql(pg_db: Database) -> None:
     assert await resume(desk, claimed) == "draft_ready"
     assert await resume(desk, claimed) == "draft_ready"  # claimed in the store: runs once
     assert refunds_by_order(pg_db) == {"C-2210": 1200}
+    send_reply(pg_db, tid, staff_id(pg_db))
+    with pg_db.read() as s:  # the statements written for both databases, on PostgreSQL
+        mails = s.execute(select(Notification.key, Notification.to_addr)).all()
+        staff = s.execute(select(Staff.id, Staff.email)).all()
+        events = s.scalars(select(Message.body).where(Message.kind == "system")).all()
+    approvals = {(f"approval:{approval.id}:{i}", email) for i, email in staff}
+    assert approvals <= set(mails) and len(mails) == len(staff) + 1
+    assert [to for key, to in mails if key.startswith("reply:")] == ["paul.martin@client.example"]
+    assert events == ["Refund of 12.00 EUR approved by Camille (support)."]
 
 
 async def test_a_proposal_is_stored_with_its_run_state_or_not_at_all(desk: Desk) -> None:
