@@ -40,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "desk"))
@@ -179,40 +180,75 @@ async def login(url: str) -> str:
         return "; ".join(f"{k}={v}" for k, v in c.cookies.items())
 
 
+SEARCHES = ("commande", "chargeur", "ref{n}", "colis abime", "char", '"ref1" OR NEAR(*')
+"""Every ticket says "commande", one in ten "chargeur", one "refN"; two words; a prefix;
+query syntax (taken as words)."""
+
+
+async def clients_run(
+    served: Any, cookie: str, path: Any, check: bytes
+) -> tuple[list[float], float, float]:
+    """CLIENTS clients ask ``path(client, i)`` back to back, REQUESTS_PER_CLIENT each:
+    the latencies, and the server's and the clients' CPU seconds."""
+    port = int(served.url.rsplit(":", 1)[1])
+    clients = [Client(port, cookie) for _ in range(CLIENTS)]
+    latencies: list[float] = []
+    for n, c in enumerate(clients):
+        await c.open()
+        await c.get(path(n, 0))  # warm: templates, statements, connections
+
+    async def ask(n: int, c: Client) -> None:
+        for i in range(REQUESTS_PER_CLIENT):
+            t0 = time.perf_counter()
+            status, body = await c.get(path(n, i))
+            latencies.append(time.perf_counter() - t0)
+            assert status == 200 and check in body, (status, path(n, i))
+
+    server0, client0 = cpu_seconds(served.process.pid), time.process_time()
+    await asyncio.gather(*(ask(n, c) for n, c in enumerate(clients)))
+    server = cpu_seconds(served.process.pid) - server0
+    client = time.process_time() - client0
+    for c in clients:
+        c.close()
+    return latencies, server, client
+
+
+def _search_path(n: int, i: int) -> str:
+    q = SEARCHES[(n + i) % len(SEARCHES)].format(n=(n * 97 + i) % INBOX_TICKETS)
+    return "/staff/search?" + urlencode({"q": q})
+
+
 async def inbox_run(db: Path, src: Path | None, workers: int = 1) -> dict[str, Any]:
+    """Inbox pages, then (where the desk has search) searches, from the same server."""
     env = {"PYTHONPATH": str(src)} if src else None
     args = ("--workers", str(workers)) if workers > 1 else ()
-    latencies: list[float] = []
     with serve(str(db), model="scripted", env=env, args=args) as served:
-        port = int(served.url.rsplit(":", 1)[1])
         cookie = await login(served.url)  # one login (argon2), shared by the clients
-        clients = [Client(port, cookie) for _ in range(CLIENTS)]
-        for c in clients:
-            await c.open()
-            await c.get("/staff/inbox")  # warm: templates, statements, connections
-
-        async def ask(n: int, c: Client) -> None:
-            for i in range(REQUESTS_PER_CLIENT):
-                t0 = time.perf_counter()
-                status, body = await c.get(f"/staff/inbox?page={1 + (n * 7 + i) % 400}")
-                latencies.append(time.perf_counter() - t0)
-                assert status == 200 and b"Ticket" in body, status
-
-        server0, client0 = cpu_seconds(served.process.pid), time.process_time()
         t0 = time.perf_counter()
-        await asyncio.gather(*(ask(n, c) for n, c in enumerate(clients)))
+        latencies, server, client = await clients_run(
+            served, cookie, lambda n, i: f"/staff/inbox?page={1 + (n * 7 + i) % 400}", b"Ticket"
+        )
         wall = time.perf_counter() - t0
-        server = cpu_seconds(served.process.pid) - server0
-        client = time.process_time() - client0
-        for c in clients:
-            c.close()
+        found = await _has_search(served.url, cookie)
+        searched = await clients_run(served, cookie, _search_path, b"</main>") if found else None
     n = len(latencies)
-    return {
+    out: dict[str, Any] = {
         "latencies": latencies,
         "pages_per_s": n / wall,
         "server_cpu_ms": server / n * 1000,
         "client_cpu_ms": client / n * 1000,
     }
+    if searched is not None:
+        out["search"] = searched[0]
+        out["search_cpu_ms"] = searched[1] / len(searched[0]) * 1000
+    return out
+
+
+async def _has_search(url: str, cookie: str) -> bool:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, headers={"cookie": cookie}) as c:
+        return (await c.get("/staff/search?q=commande")).status_code == 200
 
 
 Rounds = list[tuple[float, dict[str, float]]]
@@ -236,7 +272,9 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> tuple[dict[str, dict[str,
             rounds[-1][1][name] = pct(got["latencies"], 0.95) * 1000
             runs[name].append(got)
             p95 = pct(got["latencies"], 0.95) * 1000
-            print(f"inbox round {r + 1}/{INBOX_ROUNDS} {name}: p95 {p95:.0f} ms")
+            search = got.get("search")
+            found = f", search p95 {pct(search, 0.95) * 1000:.0f} ms" if search else ""
+            print(f"inbox round {r + 1}/{INBOX_ROUNDS} {name}: p95 {p95:.0f} ms{found}")
     out = {}
     for name, got in runs.items():
         latencies = [x for g in got for x in g["latencies"]]
@@ -247,6 +285,11 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> tuple[dict[str, dict[str,
             "server_cpu_ms": sum(g["server_cpu_ms"] for g in got) / len(got),
             "client_cpu_ms": sum(g["client_cpu_ms"] for g in got) / len(got),
         }
+        searched = [x for g in got for x in g.get("search", [])]
+        if searched:
+            out[name]["search_p50_ms"] = pct(searched, 0.5) * 1000
+            out[name]["search_p95_ms"] = pct(searched, 0.95) * 1000
+            out[name]["search_cpu_ms"] = sum(g["search_cpu_ms"] for g in got) / len(got)
     return out, rounds
 
 
@@ -333,6 +376,10 @@ ROWS = (
     ("inbox pages per second", "{:.0f}", "i", "pages_per_s", "", None),
     ("server CPU per page", "{:.2f} ms", "i", "server_cpu_ms", "", None),
     ("clients' CPU per page", "{:.2f} ms", "i", "client_cpu_ms", "", None),
+    (f"search (tickets and their messages), {INBOX_TICKETS:,} tickets, {CLIENTS} clients back "
+     "to back, p50", "{:.1f} ms", "i", "search_p50_ms", "", None),
+    ("the same, p95", "{:.1f} ms", "i", "search_p95_ms", "<= 100 ms", lambda v: v <= 100),
+    ("server CPU per search", "{:.2f} ms", "i", "search_cpu_ms", "", None),
 )  # fmt: skip
 WORKER_ROWS = (
     ("the same with `tether serve --workers 2`, p50", "{:.1f} ms", "p50_ms", "", None),
@@ -369,7 +416,9 @@ def table(
     ]  # fmt: skip
     for label, fmt, section, key, target, ok in ROWS:
         data = sections[section]
-        cells = " | ".join(fmt.format(data[s][key]) for s in sides)
+        cells = " | ".join(
+            fmt.format(data[s][key]) if key in data[s] else "(no search)" for s in sides
+        )
         verdict = "" if ok is None else "met" if ok(data["after"][key]) else "**missed**"
         lines.append(f"| {label} | {cells} | {target} | {verdict} |")
     for label, fmt, key, target, ok in WORKER_ROWS:
@@ -395,10 +444,39 @@ def table(
     return "\n".join(lines)
 
 
+def only(part: str, against: str | None) -> None:
+    """``--only``: one part of the inbox's measures, printed (a quick look while working)."""
+    started, load0 = time.perf_counter(), os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
+        sides: dict[str, Path | None] = {}
+        if against:
+            sides["before"] = export(against, Path(tmp))
+        sides["after"] = None
+        if part == "inbox":
+            i, _ = inbox(Path(tmp), sides)
+            print(json.dumps(i, indent=1))
+        else:
+            print(json.dumps(asyncio.run(inbox_flowing(Path(tmp))), indent=1))
+    load1 = os.getloadavg()
+    print(
+        f"load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end; "
+        f"{time.perf_counter() - started:.0f} s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", metavar="REV", help="compare with this revision's desk")
+    parser.add_argument(
+        "--only",
+        choices=("inbox", "flow"),
+        help="measure only the inbox and search (part 2's first half), or only the inbox "
+        "while tickets flow; prints the table, writes nothing",
+    )
     args = parser.parse_args()
+    if args.only:
+        only(args.only, args.against)
+        return
     with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
         sides: dict[str, Path | None] = {}
         if args.against:
