@@ -1,11 +1,13 @@
 """Search across tickets and their messages, one interface on SQLite and PostgreSQL.
 
-SQLite: the FTS5 tables ``messages_fts`` and ``tickets_fts`` (migration 0005, kept by
+SQLite: the FTS5 tables ``messages_fts`` and ``tickets_fts`` (migration 0004, kept by
 triggers). PostgreSQL: ``to_tsvector('simple', ...)`` under GIN indexes. Both match every
-word of the query as a prefix ("rembours" finds "remboursement"). The tickets of the
-:data:`SCAN` newest matching messages and of the newest matching subjects, newest ticket
-first: a word in every ticket costs the same as a rare one. Only staff search: notes and
-drafts are found too.
+word of the query as a prefix ("rembours" finds "remboursement"; a one-letter word only
+whole). The tickets of the :data:`SCAN` newest matching messages and of the newest
+matching subjects, newest ticket first: a word in every ticket costs the same as a rare
+one. A query is user input: only its words reach either query language, each quoted or
+checked to be letters and digits, and at most :data:`MAX_WORDS` of them. Only staff
+search: notes and drafts are found too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from tether_desk.models import Customer, Message, Order, Ticket
 
 MAX_HITS = 25
 MAX_WORDS = 8
-_WORD = re.compile(r"\w+")
+MAX_QUERY = 1_000
+"""Characters of a query read at most (a longer one is cut: its first words count)."""
+_WORD = re.compile(r"[^\W_]+")
+"""A word: letters and digits, as both full-text tokenizers split them (never an operator,
+a quote or a column name of either query language)."""
 SCAN = 200
 """Matching messages read at most (the newest), and subjects at most :data:`MAX_HITS`."""
 _SQLITE = (
@@ -69,8 +75,17 @@ class Hit:
 
 
 def words(query: str) -> list[str]:
-    """The query's words (letters and digits), at most :data:`MAX_WORDS`."""
-    return _WORD.findall(query.casefold())[:MAX_WORDS]
+    """The query's words (letters and digits), at most :data:`MAX_WORDS`, from its first
+    :data:`MAX_QUERY` characters."""
+    return _WORD.findall(query[:MAX_QUERY].casefold())[:MAX_WORDS]
+
+
+def _terms(found: list[str], postgresql: bool) -> str:
+    """The match expression: every word, as a prefix from two letters on (a one-letter
+    prefix would match nearly every token, at the cost of reading them all)."""
+    if postgresql:
+        return " & ".join(f"{w}:*" if len(w) > 1 else w for w in found)
+    return " ".join(f'"{w}"*' if len(w) > 1 else f'"{w}"' for w in found)
 
 
 def _excerpt(body: str | None, found: list[str], width: int = 160) -> str:
@@ -94,10 +109,8 @@ def search(db: Database, query: str, limit: int = MAX_HITS) -> list[Hit]:
 
 
 def _search(c: Connection, found: list[str], limit: int) -> list[Hit]:
-    if c.dialect.name == "postgresql":
-        statements, q = _POSTGRESQL, " & ".join(f"{w}:*" for w in found)
-    else:
-        statements, q = _SQLITE, " ".join(f'"{w}"*' for w in found)
+    postgresql = c.dialect.name == "postgresql"
+    statements, q = (_POSTGRESQL if postgresql else _SQLITE), _terms(found, postgresql)
     latest: dict[int, int] = {}
     for statement in statements:
         for ticket_id, hit in c.execute(statement, {"q": q, "n": limit, "scan": SCAN}):
