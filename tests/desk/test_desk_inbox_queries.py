@@ -70,9 +70,7 @@ def statements(db: Database) -> list[str]:
     return seen
 
 
-def test_an_inbox_page_is_two_statements_whatever_its_rows(
-    desk: Desk, client: TestClient
-) -> None:
+def test_an_inbox_page_is_two_statements_whatever_its_rows(desk: Desk, client: TestClient) -> None:
     add_tickets(desk.db, 3 * PAGE_SIZE)
     ids = add_tickets(desk.db, 2)
     assign(desk.db, ids[-1], staff_id(desk.db))
