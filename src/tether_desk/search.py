@@ -1,7 +1,8 @@
 """Search across tickets and their messages, one interface on SQLite and PostgreSQL.
 
 SQLite: the FTS5 tables ``messages_fts`` and ``tickets_fts`` (migration 0004, kept by
-triggers). PostgreSQL: ``to_tsvector('simple', ...)`` under GIN indexes. Both match every
+triggers). PostgreSQL: the stored ``search`` vectors (``to_tsvector('simple', ...)``,
+migration 0005) under GIN indexes. Both match every
 word of the query as a prefix ("rembours" finds "remboursement"; a one-letter word only
 whole). The tickets of the :data:`SCAN` newest matching messages and of the newest
 matching subjects, newest ticket first: a word in every ticket costs the same as a rare
@@ -42,13 +43,11 @@ _SQLITE = (
 )
 _POSTGRESQL = (
     text(
-        """SELECT ticket_id, id FROM messages
-        WHERE to_tsvector('simple', body) @@ to_tsquery('simple', :q)
+        """SELECT ticket_id, id FROM messages WHERE search @@ to_tsquery('simple', :q)
         ORDER BY id DESC LIMIT :scan"""
     ),
     text(
-        """SELECT id, 0 FROM tickets
-        WHERE to_tsvector('simple', subject) @@ to_tsquery('simple', :q)
+        """SELECT id, 0 FROM tickets WHERE search @@ to_tsquery('simple', :q)
         ORDER BY id DESC LIMIT :n"""
     ),
 )

@@ -240,3 +240,30 @@ def test_pages_asking_at_once_share_one_read_of_the_runs(
     got, waited = asyncio.run(later())
     assert got == {7: row} and waited < 1 and len(reads) == 2
     attention.forget_cache(desk)
+
+
+def _alembic(db: Database, action: str, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from tether_desk.db import MIGRATIONS
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        getattr(command, action)(config, revision)
+
+
+def test_search_vectors_migrate_down_and_up_on_postgresql(pg_db: Database) -> None:
+    (tid,) = add_tickets(pg_db, 1)
+    _alembic(pg_db, "downgrade", "0004")
+    with pg_db.engine.connect() as c:
+        columns = c.exec_driver_sql(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'"
+        ).scalars()
+        assert "search" not in set(columns)
+        indexes = c.exec_driver_sql("SELECT indexname FROM pg_indexes").scalars()
+        assert {"ix_messages_fts", "ix_tickets_fts"} <= set(indexes)  # 0004's are back
+    _alembic(pg_db, "upgrade", "head")
+    assert [h.ticket_id for h in search(pg_db, "ref0")] == [tid]  # filled for older rows
