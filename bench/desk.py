@@ -293,7 +293,7 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> tuple[dict[str, dict[str,
     return out, rounds
 
 
-async def inbox_flowing(tmp: Path) -> dict[str, Any]:
+async def inbox_flowing(tmp: Path, flow: int = FLOW) -> dict[str, Any]:
     """The inbox while FLOW refund tickets run through `tether serve`'s durable queue:
     the clients ask pages back to back until a console process (the driver's ``flow``)
     has opened the tickets and approved every refund and every ticket has its draft."""
@@ -308,7 +308,7 @@ async def inbox_flowing(tmp: Path) -> dict[str, Any]:
             await c.open()
             await c.get("/staff/inbox")
         console = await asyncio.create_subprocess_exec(
-            sys.executable, str(DRIVER), "flow", str(db), str(FLOW),
+            sys.executable, str(DRIVER), "flow", str(db), str(flow),
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         flowing = asyncio.ensure_future(console.communicate())
@@ -444,7 +444,7 @@ def table(
     return "\n".join(lines)
 
 
-def only(part: str, against: str | None) -> None:
+def only(part: str, against: str | None, flow: int = FLOW) -> None:
     """``--only``: one part of the inbox's measures, printed (a quick look while working)."""
     started, load0 = time.perf_counter(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
@@ -456,7 +456,7 @@ def only(part: str, against: str | None) -> None:
             i, _ = inbox(Path(tmp), sides)
             print(json.dumps(i, indent=1))
         else:
-            print(json.dumps(asyncio.run(inbox_flowing(Path(tmp))), indent=1))
+            print(json.dumps(asyncio.run(inbox_flowing(Path(tmp), flow)), indent=1))
     load1 = os.getloadavg()
     print(
         f"load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end; "
@@ -468,6 +468,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", metavar="REV", help="compare with this revision's desk")
     parser.add_argument(
+        "--flow", type=int, default=FLOW, metavar="N", help="with --only flow: N tickets"
+    )
+    parser.add_argument(
         "--only",
         choices=("inbox", "flow"),
         help="measure only the inbox and search (part 2's first half), or only the inbox "
@@ -475,7 +478,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.only:
-        only(args.only, args.against)
+        only(args.only, args.against, args.flow)
         return
     with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
         sides: dict[str, Path | None] = {}

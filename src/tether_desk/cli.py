@@ -210,6 +210,10 @@ def serve_command(
             config = uvicorn.Config(
                 app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
             )  # forwarded headers: only from TETHER_DESK_TRUSTED_PROXIES (the app reads them)
+            import gc
+
+            gc.collect()
+            gc.freeze()  # modules and start-up objects: full collections skip them (short pauses)
             uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
         else:
             from tether_desk.models_cli import resolve_spec
