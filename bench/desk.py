@@ -444,23 +444,68 @@ def table(
     return "\n".join(lines)
 
 
+INBOX_ROWS = (
+    ("inbox page, p50", "{:.1f} ms", "p50_ms", "", None),
+    ("inbox page, p95", "{:.1f} ms", "p95_ms", "<= 100 ms", lambda v: v <= 100),
+    ("inbox pages per second", "{:.0f}", "pages_per_s", "", None),
+    ("server CPU per inbox page", "{:.2f} ms", "server_cpu_ms", "", None),
+    ("search, p50", "{:.1f} ms", "search_p50_ms", "", None),
+    ("search, p95", "{:.1f} ms", "search_p95_ms", "<= 100 ms", lambda v: v <= 100),
+    ("server CPU per search", "{:.2f} ms", "search_cpu_ms", "", None),
+)
+
+
 def only(part: str, against: str | None, flow: int = FLOW) -> None:
-    """``--only``: one part of the inbox's measures, printed (a quick look while working)."""
-    started, load0 = time.perf_counter(), os.getloadavg()
+    """``--only``: the inbox and search (written to the section ``desk-inbox``), or the
+    inbox while ``flow`` tickets run durably (printed)."""
+    started, load0 = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
         sides: dict[str, Path | None] = {}
         if against:
             sides["before"] = export(against, Path(tmp))
         sides["after"] = None
-        if part == "inbox":
-            i, _ = inbox(Path(tmp), sides)
-            print(json.dumps(i, indent=1))
-        else:
+        if part == "flow":
             print(json.dumps(asyncio.run(inbox_flowing(Path(tmp), flow)), indent=1))
-    load1 = os.getloadavg()
-    print(
-        f"load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end; "
-        f"{time.perf_counter() - started:.0f} s"
+        else:
+            i, rounds_seen = inbox(Path(tmp), sides)
+            print(json.dumps(i, indent=1))
+    load1, seconds = os.getloadavg()[0], time.perf_counter() - started
+    print(f"load average {load0:.1f} at the start, {load1:.1f} at the end; {seconds:.0f} s")
+    if part == "flow":
+        return
+    names = [*sides, "workers"]
+    heads = {"before": f"before ({against})", "after": "after", "workers": "after, `--workers 2`"}
+    lines = [
+        "| measure | " + " | ".join(heads[n] for n in names) + " | target | |",
+        "|---|" + "---|" * (len(names) + 2),
+    ]
+    for label, fmt, key, target, ok in INBOX_ROWS:
+        cells = " | ".join(fmt.format(i[n][key]) if key in i[n] else "(no search)" for n in names)
+        verdict = "" if ok is None else "met" if ok(i["after"][key]) else "**missed**"
+        lines.append(f"| {label} | {cells} | {target} | {verdict} |")
+    rounds = "; ".join(
+        f"{' / '.join(f'{p95[k]:.0f}' for k in names)} ms at {load:.1f}"
+        for load, p95 in rounds_seen
+    )
+    command = "uv run python bench/desk.py --only inbox" + (
+        f" --against {against}" if against else ""
+    )
+    write_section(
+        "desk-inbox",
+        f"""## The inbox and search alone (`bench/desk.py --only inbox`)
+
+{machine()}, load average {load0:.1f} to {load1:.1f} (the cores were shared with other
+work); `{command}`, {seconds:.0f} s. `tether serve` (durable, its default) on {INBOX_TICKETS:,}
+tickets with threads (every third ticket has a customer reply and a staff note); {CLIENTS}
+clients on their own keep-alive connections ask {REQUESTS_PER_CLIENT} inbox pages each back
+to back, then {REQUESTS_PER_CLIENT} searches each (a word in every ticket, one in ten, a
+reference in one, two words, a prefix, query syntax), {INBOX_ROUNDS} rounds, the sides
+interleaved round by round.
+
+{chr(10).join(lines)}
+
+Inbox p95 per round ({", ".join(names)}) and the load average at its start: {rounds}.
+""",
     )
 
 
