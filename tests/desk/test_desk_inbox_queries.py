@@ -267,3 +267,37 @@ def test_search_vectors_migrate_down_and_up_on_postgresql(pg_db: Database) -> No
         assert {"ix_messages_fts", "ix_tickets_fts"} <= set(indexes)  # 0004's are back
     _alembic(pg_db, "upgrade", "head")
     assert [h.ticket_id for h in search(pg_db, "ref0")] == [tid]  # filled for older rows
+
+
+def test_durable_tickets_go_on_while_the_consoles_loop_is_busy(tmp_path: Any) -> None:
+    """Launched from the console's running loop, DBOS runs the workflows on its own loop:
+    a ticket is processed while a page holds the console's loop the whole time."""
+    from helpers import ticket, ticket_id_by_order
+
+    from tether_desk.db import sqlite_url
+    from tether_desk.durable import DurableDesk, DurableSettings
+    from tether_desk.scripted import DeskScriptedModel
+    from tether_desk.seed import seed
+
+    db = Database(sqlite_url(tmp_path / "desk.db"))
+    db.migrate()
+    seed(db)
+    desk = Desk(db, DeskScriptedModel())
+    runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05, wait_poll_seconds=0.05))
+    tid = ticket_id_by_order(db, "C-1187")  # tracking: answered by code
+
+    async def console() -> str:
+        await runs.start()
+        try:
+            await runs.submit(tid)
+            deadline = time.monotonic() + 60
+            while ticket(db, tid).status != "answered" and time.monotonic() < deadline:
+                time.sleep(0.05)  # noqa: ASYNC251 (a page that never yields to the loop)
+            return ticket(db, tid).status
+        finally:
+            await runs.stop()
+
+    try:
+        assert asyncio.run(console()) == "answered"
+    finally:
+        db.dispose()
