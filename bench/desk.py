@@ -13,8 +13,14 @@
 2. **Inbox**: ``tether serve`` on a database of 10,000 tickets; 50 clients, each logged in
    as staff on its own keep-alive connection, ask inbox pages back to back (each asks its
    next page as soon as the last one arrives): p50/p95, pages per second, and the CPU time
-   per page of the server and of the clients. Then the same while 1,000 refund tickets
-   run through the server's durable queue (a console process approving them).
+   per page of the server and of the clients; then, from the same server, searches (the
+   tickets have threads: every third one a customer reply and a staff note). Then the
+   inbox while 1,000 refund tickets run through the server's durable queue (a console
+   process approving them).
+
+``--only inbox`` measures the inbox and search alone (about 3 minutes with ``--against``;
+its own section ``desk-inbox``); ``--only flow [--flow N]`` the inbox while N tickets
+flow (printed). The default runs everything, as before.
 
 ``--against REV`` runs the same measures on another revision's desk (its ``src`` exported
 with ``git archive``) in the same run, interleaved round by round with this tree's, so the
@@ -574,12 +580,14 @@ its callers.
 
 The inbox: `tether serve` (one uvicorn process, with its ticket worker) on {INBOX_TICKETS:,}
 tickets; {CLIENTS} clients on their own keep-alive connections each ask {REQUESTS_PER_CLIENT}
-pages back to back (page numbers spread over all 400 pages), {INBOX_ROUNDS} rounds, the
-clients in this process on the same cores. With 50 requests always in flight a page waits
-behind the others: latency is about 50 x the server's time per page, so with one server
-process the p95 target needs a core to itself for about 1.1 ms of CPU per page, which
-other work on the shared cores does not always leave; two worker processes
-(`tether serve --workers 2`) use both cores. Each round's p95 ({", ".join(sides)}, two
+pages back to back (page numbers spread over all 400 pages), then {REQUESTS_PER_CLIENT}
+searches each (a word in every ticket, one in ten, one reference, two words, a prefix,
+query syntax), {INBOX_ROUNDS} rounds, the clients in this process on the same cores.
+With 50 requests always in flight a page waits behind the others: latency is about 50 x
+the server's time per page, so with one server process the p95 target needs a core to
+itself for about 1.1 ms of CPU per page, which other work on the shared cores does not
+always leave; two worker processes (`tether serve --workers 2`) use both cores. Each
+round's p95 ({", ".join(sides)}, two
 workers) and the load average when it started: {rounds}.
 
 The durable pipeline: each round opens {TICKETS // ROUNDS} refund tickets at once in a
