@@ -169,25 +169,51 @@ async def pipeline(n: int, mode: str) -> dict[str, Any]:
     return out
 
 
+WORDS = ("colis", "vase", "carton", "livreur", "retard", "casse", "manquant", "facture")
+
+
 def inbox_db(path: str, n: int) -> None:
+    """``n`` answered tickets; where the desk has threads, every third one has a customer
+    reply and a staff note too (the words that ``bench/desk.py``'s searches look for: every
+    ticket says "commande", one in ten "chargeur", ticket i "ref<i>")."""
     db = Database(sqlite_url(path))
     db.migrate()
     seed(db, tickets=False)
     with db.write() as s:
         customer = s.scalar(select(Customer.id))
         order = s.scalar(select(Order.id))
+        staff = s.scalar(select(Staff.id))
         rows = [
             {
                 "customer_id": customer,
                 "order_id": order,
-                "subject": f"Ticket {i}",
-                "body": "Ou en est ma commande ?",
+                "subject": f"Ticket {i} {WORDS[i % 8]}",
+                "body": f"Ou en est ma commande ref{i} ? {WORDS[i * 7 % 8]} {WORDS[i * 3 % 8]}."
+                + (" Le chargeur manque." if i % 10 == 0 else ""),
                 "status": "answered",
                 "category": "tracking",
             }
             for i in range(n)
         ]
         s.execute(insert(Ticket), rows)
+        try:
+            from tether_desk.models import Message  # threads (not in older revisions)
+        except ImportError:
+            Message = None
+        if Message is not None:
+            ids = list(s.scalars(select(Ticket.id).order_by(Ticket.id)))[::3]
+            s.execute(
+                insert(Message),
+                [
+                    {"ticket_id": t, "kind": kind, "author_id": author, "public": public,
+                     "body": body}
+                    for t in ids
+                    for kind, author, public, body in (
+                        ("customer", customer, True, "Toujours rien, colis abime."),
+                        ("note", staff, False, "Relancer le transporteur."),
+                    )
+                ],
+            )  # fmt: skip
     db.dispose()
 
 

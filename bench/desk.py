@@ -13,8 +13,14 @@
 2. **Inbox**: ``tether serve`` on a database of 10,000 tickets; 50 clients, each logged in
    as staff on its own keep-alive connection, ask inbox pages back to back (each asks its
    next page as soon as the last one arrives): p50/p95, pages per second, and the CPU time
-   per page of the server and of the clients. Then the same while 1,000 refund tickets
-   run through the server's durable queue (a console process approving them).
+   per page of the server and of the clients; then, from the same server, searches (the
+   tickets have threads: every third one a customer reply and a staff note). Then the
+   inbox while 1,000 refund tickets run through the server's durable queue (a console
+   process approving them).
+
+``--only inbox`` measures the inbox and search alone (about 3 minutes with ``--against``;
+its own section ``desk-inbox``); ``--only flow [--flow N]`` the inbox while N tickets
+flow (printed). The default runs everything, as before.
 
 ``--against REV`` runs the same measures on another revision's desk (its ``src`` exported
 with ``git archive``) in the same run, interleaved round by round with this tree's, so the
@@ -42,6 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "desk"))
@@ -205,40 +212,75 @@ async def login(url: str) -> str:
         return "; ".join(f"{k}={v}" for k, v in c.cookies.items())
 
 
+SEARCHES = ("commande", "chargeur", "ref{n}", "colis abime", "char", '"ref1" OR NEAR(*')
+"""Every ticket says "commande", one in ten "chargeur", one "refN"; two words; a prefix;
+query syntax (taken as words)."""
+
+
+async def clients_run(
+    served: Any, cookie: str, path: Any, check: bytes
+) -> tuple[list[float], float, float]:
+    """CLIENTS clients ask ``path(client, i)`` back to back, REQUESTS_PER_CLIENT each:
+    the latencies, and the server's and the clients' CPU seconds."""
+    port = int(served.url.rsplit(":", 1)[1])
+    clients = [Client(port, cookie) for _ in range(CLIENTS)]
+    latencies: list[float] = []
+    for n, c in enumerate(clients):
+        await c.open()
+        await c.get(path(n, 0))  # warm: templates, statements, connections
+
+    async def ask(n: int, c: Client) -> None:
+        for i in range(REQUESTS_PER_CLIENT):
+            t0 = time.perf_counter()
+            status, body = await c.get(path(n, i))
+            latencies.append(time.perf_counter() - t0)
+            assert status == 200 and check in body, (status, path(n, i))
+
+    server0, client0 = cpu_seconds(served.process.pid), time.process_time()
+    await asyncio.gather(*(ask(n, c) for n, c in enumerate(clients)))
+    server = cpu_seconds(served.process.pid) - server0
+    client = time.process_time() - client0
+    for c in clients:
+        c.close()
+    return latencies, server, client
+
+
+def _search_path(n: int, i: int) -> str:
+    q = SEARCHES[(n + i) % len(SEARCHES)].format(n=(n * 97 + i) % INBOX_TICKETS)
+    return "/staff/search?" + urlencode({"q": q})
+
+
 async def inbox_run(db: Path, src: Path | None, workers: int = 1) -> dict[str, Any]:
+    """Inbox pages, then (where the desk has search) searches, from the same server."""
     env = {"PYTHONPATH": str(src)} if src else None
     args = ("--workers", str(workers)) if workers > 1 else ()
-    latencies: list[float] = []
     with serve(str(db), model="scripted", env=env, args=args) as served:
-        port = int(served.url.rsplit(":", 1)[1])
         cookie = await login(served.url)  # one login (argon2), shared by the clients
-        clients = [Client(port, cookie) for _ in range(CLIENTS)]
-        for c in clients:
-            await c.open()
-            await c.get("/staff/inbox")  # warm: templates, statements, connections
-
-        async def ask(n: int, c: Client) -> None:
-            for i in range(REQUESTS_PER_CLIENT):
-                t0 = time.perf_counter()
-                status, body = await c.get(f"/staff/inbox?page={1 + (n * 7 + i) % 400}")
-                latencies.append(time.perf_counter() - t0)
-                assert status == 200 and b"Ticket" in body, status
-
-        server0, client0 = cpu_seconds(served.process.pid), time.process_time()
         t0 = time.perf_counter()
-        await asyncio.gather(*(ask(n, c) for n, c in enumerate(clients)))
+        latencies, server, client = await clients_run(
+            served, cookie, lambda n, i: f"/staff/inbox?page={1 + (n * 7 + i) % 400}", b"Ticket"
+        )
         wall = time.perf_counter() - t0
-        server = cpu_seconds(served.process.pid) - server0
-        client = time.process_time() - client0
-        for c in clients:
-            c.close()
+        found = await _has_search(served.url, cookie)
+        searched = await clients_run(served, cookie, _search_path, b"</main>") if found else None
     n = len(latencies)
-    return {
+    out: dict[str, Any] = {
         "latencies": latencies,
         "pages_per_s": n / wall,
         "server_cpu_ms": server / n * 1000,
         "client_cpu_ms": client / n * 1000,
     }
+    if searched is not None:
+        out["search"] = searched[0]
+        out["search_cpu_ms"] = searched[1] / len(searched[0]) * 1000
+    return out
+
+
+async def _has_search(url: str, cookie: str) -> bool:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, headers={"cookie": cookie}) as c:
+        return (await c.get("/staff/search?q=commande")).status_code == 200
 
 
 Rounds = list[tuple[float, dict[str, float]]]
@@ -262,7 +304,9 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> tuple[dict[str, dict[str,
             rounds[-1][1][name] = pct(got["latencies"], 0.95) * 1000
             runs[name].append(got)
             p95 = pct(got["latencies"], 0.95) * 1000
-            print(f"inbox round {r + 1}/{INBOX_ROUNDS} {name}: p95 {p95:.0f} ms")
+            search = got.get("search")
+            found = f", search p95 {pct(search, 0.95) * 1000:.0f} ms" if search else ""
+            print(f"inbox round {r + 1}/{INBOX_ROUNDS} {name}: p95 {p95:.0f} ms{found}")
     out = {}
     for name, got in runs.items():
         latencies = [x for g in got for x in g["latencies"]]
@@ -273,10 +317,15 @@ def inbox(tmp: Path, sides: dict[str, Path | None]) -> tuple[dict[str, dict[str,
             "server_cpu_ms": sum(g["server_cpu_ms"] for g in got) / len(got),
             "client_cpu_ms": sum(g["client_cpu_ms"] for g in got) / len(got),
         }
+        searched = [x for g in got for x in g.get("search", [])]
+        if searched:
+            out[name]["search_p50_ms"] = pct(searched, 0.5) * 1000
+            out[name]["search_p95_ms"] = pct(searched, 0.95) * 1000
+            out[name]["search_cpu_ms"] = sum(g["search_cpu_ms"] for g in got) / len(got)
     return out, rounds
 
 
-async def inbox_flowing(tmp: Path) -> dict[str, Any]:
+async def inbox_flowing(tmp: Path, flow: int = FLOW) -> dict[str, Any]:
     """The inbox while FLOW refund tickets run through `tether serve`'s durable queue:
     the clients ask pages back to back until a console process (the driver's ``flow``)
     has opened the tickets and approved every refund and every ticket has its draft."""
@@ -291,7 +340,7 @@ async def inbox_flowing(tmp: Path) -> dict[str, Any]:
             await c.open()
             await c.get("/staff/inbox")
         console = await asyncio.create_subprocess_exec(
-            sys.executable, str(DRIVER), "flow", str(db), str(FLOW),
+            sys.executable, str(DRIVER), "flow", str(db), str(flow),
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         flowing = asyncio.ensure_future(console.communicate())
@@ -365,6 +414,10 @@ ROWS = (
     ("inbox pages per second", "{:.0f}", "i", "pages_per_s", "", None),
     ("server CPU per page", "{:.2f} ms", "i", "server_cpu_ms", "", None),
     ("clients' CPU per page", "{:.2f} ms", "i", "client_cpu_ms", "", None),
+    (f"search (tickets and their messages), {INBOX_TICKETS:,} tickets, {CLIENTS} clients back "
+     "to back, p50", "{:.1f} ms", "i", "search_p50_ms", "", None),
+    ("the same, p95", "{:.1f} ms", "i", "search_p95_ms", "<= 100 ms", lambda v: v <= 100),
+    ("server CPU per search", "{:.2f} ms", "i", "search_cpu_ms", "", None),
 )  # fmt: skip
 WORKER_ROWS = (
     ("the same with `tether serve --workers 2`, p50", "{:.1f} ms", "p50_ms", "", None),
@@ -401,7 +454,9 @@ def table(
     ]  # fmt: skip
     for label, fmt, section, key, target, ok in ROWS:
         data = sections[section]
-        cells = " | ".join(fmt.format(data[s][key]) for s in sides)
+        cells = " | ".join(
+            fmt.format(data[s][key]) if key in data[s] else "(no search)" for s in sides
+        )
         verdict = "" if ok is None else "met" if ok(data["after"][key]) else "**missed**"
         lines.append(f"| {label} | {cells} | {target} | {verdict} |")
     for label, fmt, key, target, ok in WORKER_ROWS:
@@ -453,14 +508,84 @@ def plain_report(against: str | None, tickets: int) -> None:
         )
 
 
+INBOX_ROWS = (
+    ("inbox page, p50", "{:.1f} ms", "p50_ms", "", None),
+    ("inbox page, p95", "{:.1f} ms", "p95_ms", "<= 100 ms", lambda v: v <= 100),
+    ("inbox pages per second", "{:.0f}", "pages_per_s", "", None),
+    ("server CPU per inbox page", "{:.2f} ms", "server_cpu_ms", "", None),
+    ("search, p50", "{:.1f} ms", "search_p50_ms", "", None),
+    ("search, p95", "{:.1f} ms", "search_p95_ms", "<= 100 ms", lambda v: v <= 100),
+    ("server CPU per search", "{:.2f} ms", "search_cpu_ms", "", None),
+)
+
+
+def only(part: str, against: str | None, flow: int = FLOW) -> None:
+    """``--only``: the inbox and search (written to the section ``desk-inbox``), or the
+    inbox while ``flow`` tickets run durably (printed)."""
+    started, load0 = time.perf_counter(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
+        sides: dict[str, Path | None] = {}
+        if against:
+            sides["before"] = export(against, Path(tmp))
+        sides["after"] = None
+        if part == "flow":
+            print(json.dumps(asyncio.run(inbox_flowing(Path(tmp), flow)), indent=1))
+        else:
+            i, rounds_seen = inbox(Path(tmp), sides)
+            print(json.dumps(i, indent=1))
+    load1, seconds = os.getloadavg()[0], time.perf_counter() - started
+    print(f"load average {load0:.1f} at the start, {load1:.1f} at the end; {seconds:.0f} s")
+    if part == "flow":
+        return
+    names = [*sides, "workers"]
+    heads = {"before": f"before ({against})", "after": "after", "workers": "after, `--workers 2`"}
+    lines = [
+        "| measure | " + " | ".join(heads[n] for n in names) + " | target | |",
+        "|---|" + "---|" * (len(names) + 2),
+    ]
+    for label, fmt, key, target, ok in INBOX_ROWS:
+        cells = " | ".join(fmt.format(i[n][key]) if key in i[n] else "(no search)" for n in names)
+        verdict = "" if ok is None else "met" if ok(i["after"][key]) else "**missed**"
+        lines.append(f"| {label} | {cells} | {target} | {verdict} |")
+    rounds = "; ".join(
+        f"{' / '.join(f'{p95[k]:.0f}' for k in names)} ms at {load:.1f}"
+        for load, p95 in rounds_seen
+    )
+    command = "uv run python bench/desk.py --only inbox" + (
+        f" --against {against}" if against else ""
+    )
+    write_section(
+        "desk-inbox",
+        f"""## The inbox and search alone (`bench/desk.py --only inbox`)
+
+{machine()}, load average {load0:.1f} to {load1:.1f} (the cores were shared with other
+work: wall-clock latencies move with it, the server's CPU per request much less);
+`{command}`, {seconds:.0f} s. `tether serve` (durable, its default) on {INBOX_TICKETS:,}
+tickets with threads (every third ticket has a customer reply and a staff note);
+{CLIENTS} clients on their own keep-alive connections ask {REQUESTS_PER_CLIENT} inbox
+pages each back to back, then {REQUESTS_PER_CLIENT} searches each (a word in every
+ticket, one in ten, a reference in one, two words, a prefix, query syntax),
+{INBOX_ROUNDS} rounds, the sides interleaved round by round. With 50 requests in flight
+a request waits behind the others: its latency is about 50 x the server's time per
+request, so the p95 target needs about 1.5 ms of server CPU per request and a core left
+to the server.
+
+{chr(10).join(lines)}
+
+Inbox p95 per round ({", ".join(names)}) and the load average at its start: {rounds}.
+""",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", metavar="REV", help="compare with this revision's desk")
     parser.add_argument(
         "--only",
-        choices=("plain",),
-        help="plain: only the plain pipeline (timed batches, counts, profile), printed as a "
-        "table; docs/benchmarks.md is not written",
+        choices=("plain", "inbox", "flow"),
+        help="plain: only the plain pipeline (timed batches, counts, profile); inbox: only "
+        "the inbox and search (part 2's first half); flow: only the inbox while tickets flow; "
+        "prints the table (inbox also writes the section desk-inbox)",
     )
     parser.add_argument(
         "--tickets",
@@ -468,9 +593,15 @@ def main() -> None:
         default=TICKETS,
         help=f"with --only plain: tickets per side (default {TICKETS:,})",
     )
+    parser.add_argument(
+        "--flow", type=int, default=FLOW, metavar="N", help="with --only flow: N tickets"
+    )
     args = parser.parse_args()
     if args.only == "plain":
         plain_report(args.against, args.tickets)
+        return
+    if args.only:
+        only(args.only, args.against, args.flow)
         return
     with tempfile.TemporaryDirectory(prefix="desk-bench-") as tmp:
         sides: dict[str, Path | None] = {}
@@ -517,12 +648,14 @@ its callers.
 
 The inbox: `tether serve` (one uvicorn process, with its ticket worker) on {INBOX_TICKETS:,}
 tickets; {CLIENTS} clients on their own keep-alive connections each ask {REQUESTS_PER_CLIENT}
-pages back to back (page numbers spread over all 400 pages), {INBOX_ROUNDS} rounds, the
-clients in this process on the same cores. With 50 requests always in flight a page waits
-behind the others: latency is about 50 x the server's time per page, so with one server
-process the p95 target needs a core to itself for about 1.1 ms of CPU per page, which
-other work on the shared cores does not always leave; two worker processes
-(`tether serve --workers 2`) use both cores. Each round's p95 ({", ".join(sides)}, two
+pages back to back (page numbers spread over all 400 pages), then {REQUESTS_PER_CLIENT}
+searches each (a word in every ticket, one in ten, one reference, two words, a prefix,
+query syntax), {INBOX_ROUNDS} rounds, the clients in this process on the same cores.
+With 50 requests always in flight a page waits behind the others: latency is about 50 x
+the server's time per page, so with one server process the p95 target needs a core to
+itself for about 1.1 ms of CPU per page, which other work on the shared cores does not
+always leave; two worker processes (`tether serve --workers 2`) use both cores. Each
+round's p95 ({", ".join(sides)}, two
 workers) and the load average when it started: {rounds}.
 
 The durable pipeline: each round opens {TICKETS // ROUNDS} refund tickets at once in a

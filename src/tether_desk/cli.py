@@ -210,6 +210,12 @@ def serve_command(
             config = uvicorn.Config(
                 app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
             )  # forwarded headers: only from TETHER_DESK_TRUSTED_PROXIES (the app reads them)
+            import gc
+            import sys
+
+            gc.collect()
+            gc.freeze()  # modules and start-up objects: full collections skip them (short pauses)
+            sys.setswitchinterval(0.001)  # a page waits less for the GIL behind a workflow
             uvicorn.Server(config).run()  # shuts down cleanly on Ctrl-C, then re-raises it
         else:
             from tether_desk.models_cli import resolve_spec

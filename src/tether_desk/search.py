@@ -1,11 +1,14 @@
 """Search across tickets and their messages, one interface on SQLite and PostgreSQL.
 
-SQLite: the FTS5 tables ``messages_fts`` and ``tickets_fts`` (migration 0005, kept by
-triggers). PostgreSQL: ``to_tsvector('simple', ...)`` under GIN indexes. Both match every
-word of the query as a prefix ("rembours" finds "remboursement"). The tickets of the
-:data:`SCAN` newest matching messages and of the newest matching subjects, newest ticket
-first: a word in every ticket costs the same as a rare one. Only staff search: notes and
-drafts are found too.
+SQLite: the FTS5 tables ``messages_fts`` and ``tickets_fts`` (migration 0004, kept by
+triggers). PostgreSQL: the stored ``search`` vectors (``to_tsvector('simple', ...)``,
+migration 0005) under GIN indexes. Both match every
+word of the query as a prefix ("rembours" finds "remboursement"; a one-letter word only
+whole). The tickets of the :data:`SCAN` newest matching messages and of the newest
+matching subjects, newest ticket first: a word in every ticket costs the same as a rare
+one. A query is user input: only its words reach either query language, each quoted or
+checked to be letters and digits, and at most :data:`MAX_WORDS` of them. Only staff
+search: notes and drafts are found too.
 """
 
 from __future__ import annotations
@@ -14,45 +17,52 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, select, text
+from sqlalchemy import Connection, DateTime, text
 
 from tether_desk.db import Database
-from tether_desk.models import Customer, Message, Order, Ticket
 
 MAX_HITS = 25
 MAX_WORDS = 8
-_WORD = re.compile(r"\w+")
+MAX_QUERY = 1_000
+"""Characters of a query read at most (a longer one is cut: its first words count)."""
+_WORD = re.compile(r"[^\W_]+")
+"""A word: letters and digits, as both full-text tokenizers split them (never an operator,
+a quote or a column name of either query language)."""
 SCAN = 200
 """Matching messages read at most (the newest), and subjects at most :data:`MAX_HITS`."""
-_SQLITE = (
-    text(
-        """SELECT m.ticket_id, m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-        WHERE messages_fts MATCH :q ORDER BY messages_fts.rowid DESC LIMIT :scan"""
+_MATCHES = {
+    "sqlite": (
+        """SELECT m.ticket_id AS ticket_id, m.id AS hit FROM messages_fts
+        JOIN messages m ON m.id = messages_fts.rowid
+        WHERE messages_fts MATCH :q ORDER BY messages_fts.rowid DESC LIMIT :scan""",
+        """SELECT rowid AS ticket_id, 0 AS hit FROM tickets_fts WHERE tickets_fts MATCH :q
+        ORDER BY rowid DESC LIMIT :n""",
     ),
-    text(
-        """SELECT rowid, 0 FROM tickets_fts WHERE tickets_fts MATCH :q
-        ORDER BY rowid DESC LIMIT :n"""
+    "postgresql": (
+        """SELECT ticket_id, id AS hit FROM messages WHERE search @@ to_tsquery('simple', :q)
+        ORDER BY id DESC LIMIT :scan""",
+        """SELECT id AS ticket_id, 0 AS hit FROM tickets
+        WHERE search @@ to_tsquery('simple', :q) ORDER BY id DESC LIMIT :n""",
     ),
-)
-_POSTGRESQL = (
-    text(
-        """SELECT ticket_id, id FROM messages
-        WHERE to_tsvector('simple', body) @@ to_tsquery('simple', :q)
-        ORDER BY id DESC LIMIT :scan"""
-    ),
-    text(
-        """SELECT id, 0 FROM tickets
-        WHERE to_tsvector('simple', subject) @@ to_tsquery('simple', :q)
-        ORDER BY id DESC LIMIT :n"""
-    ),
-)
-_TICKETS = (
-    select(Ticket.id, Ticket.subject, Ticket.status, Order.number, Customer.name, Ticket.created_at)
-    .join(Order, Order.id == Ticket.order_id)
-    .join(Customer, Customer.id == Ticket.customer_id)
-    .where(Ticket.id.in_(bindparam("ids", expanding=True)))
-)
-_BODIES = select(Message.id, Message.body).where(Message.id.in_(bindparam("ids", expanding=True)))
+}
+_SEARCH = {
+    dialect: text(
+        f"""WITH hits AS (
+            SELECT ticket_id, max(hit) AS hit FROM (
+                SELECT * FROM ({messages}) AS found_messages
+                UNION ALL SELECT * FROM ({subjects}) AS found_subjects
+            ) AS found GROUP BY ticket_id ORDER BY ticket_id DESC LIMIT :n
+        )
+        SELECT t.id, t.subject, t.status, o.number, c.name, t.created_at, m.body
+        FROM hits JOIN tickets t ON t.id = hits.ticket_id
+        JOIN orders o ON o.id = t.order_id JOIN customers c ON c.id = t.customer_id
+        LEFT JOIN messages m ON m.id = hits.hit
+        ORDER BY t.id DESC"""
+    ).columns(created_at=DateTime)
+    for dialect, (messages, subjects) in _MATCHES.items()
+}
+"""One statement: the tickets of the newest matching messages and subjects, newest ticket
+first, with the latest matching message of each (its excerpt)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +79,17 @@ class Hit:
 
 
 def words(query: str) -> list[str]:
-    """The query's words (letters and digits), at most :data:`MAX_WORDS`."""
-    return _WORD.findall(query.casefold())[:MAX_WORDS]
+    """The query's words (letters and digits), at most :data:`MAX_WORDS`, from its first
+    :data:`MAX_QUERY` characters."""
+    return _WORD.findall(query[:MAX_QUERY].casefold())[:MAX_WORDS]
+
+
+def _terms(found: list[str], postgresql: bool) -> str:
+    """The match expression: every word, as a prefix from two letters on (a one-letter
+    prefix would match nearly every token, at the cost of reading them all)."""
+    if postgresql:
+        return " & ".join(f"{w}:*" if len(w) > 1 else w for w in found)
+    return " ".join(f'"{w}"*' if len(w) > 1 else f'"{w}"' for w in found)
 
 
 def _excerpt(body: str | None, found: list[str], width: int = 160) -> str:
@@ -94,20 +113,7 @@ def search(db: Database, query: str, limit: int = MAX_HITS) -> list[Hit]:
 
 
 def _search(c: Connection, found: list[str], limit: int) -> list[Hit]:
-    if c.dialect.name == "postgresql":
-        statements, q = _POSTGRESQL, " & ".join(f"{w}:*" for w in found)
-    else:
-        statements, q = _SQLITE, " ".join(f'"{w}"*' for w in found)
-    latest: dict[int, int] = {}
-    for statement in statements:
-        for ticket_id, hit in c.execute(statement, {"q": q, "n": limit, "scan": SCAN}):
-            latest[ticket_id] = max(hit, latest.get(ticket_id, 0))
-    chosen = sorted(latest, reverse=True)[:limit]
-    if not chosen:
-        return []
-    tickets = {r[0]: r for r in c.execute(_TICKETS, {"ids": chosen})}
-    hit_ids = [latest[t] for t in chosen if latest[t]]
-    bodies = dict(c.execute(_BODIES, {"ids": hit_ids}).all()) if hit_ids else {}
-    return [
-        Hit(*tickets[t], _excerpt(bodies.get(latest[t]), found)) for t in chosen if t in tickets
-    ]
+    postgresql = c.dialect.name == "postgresql"
+    statement = _SEARCH["postgresql" if postgresql else "sqlite"]
+    rows = c.execute(statement, {"q": _terms(found, postgresql), "n": limit, "scan": SCAN})
+    return [Hit(int(r[0]), r[1], r[2], r[3], r[4], r[5], _excerpt(r[6], found)) for r in rows]

@@ -134,14 +134,8 @@ class DurableDesk:
         """Connect to the durable log; with ``process``, also launch DBOS here and take
         tickets from the queue (recovering first the runs this executor id left pending)."""
         if self.process:
-            install(self.desk, self.boundary)
-            launch(self.config())
+            await asyncio.to_thread(self._launch)
             self.processing = True
-            await DBOS.register_queue_async(
-                QUEUE,
-                worker_concurrency=self.settings.concurrency,
-                polling_interval_sec=self.settings.poll_seconds,
-            )
             from tether_desk.operations.upkeep import upkeep
 
             self._heartbeat = asyncio.create_task(upkeep(self), name="desk-upkeep")
@@ -154,6 +148,18 @@ class DurableDesk:
             system_database_url=self.url,
             system_database_engine=self._engine,
             application_name=APP_NAME,
+        )
+
+    def _launch(self) -> None:
+        """Launch DBOS from a thread without an event loop: the workflows then run on
+        DBOS's own loop, in its own thread, not on the caller's (the console's pages), so
+        a step's synchronous work never holds a page back for its whole length."""
+        install(self.desk, self.boundary)
+        launch(self.config())
+        DBOS.register_queue(
+            QUEUE,
+            worker_concurrency=self.settings.concurrency,
+            polling_interval_sec=self.settings.poll_seconds,
         )
 
     async def stop(self) -> None:

@@ -3,12 +3,16 @@
 could deliver them.
 
 Both read the durable log through the console's DBOS client (``desk.runs.client``); the
-list of runs is kept a couple of seconds, so a busy inbox asks the log rarely. A plain
-desk (no durable runs) has nothing to show and refuses nothing.
+list of runs is kept a couple of seconds, so a busy inbox asks the log rarely. A page
+(:func:`attention_for_page`) never reads the log on the event loop and never waits for it
+while a recent list exists: one refresh at a time runs in a thread and the pages meanwhile
+show the list it replaces. A plain desk (no durable runs) has nothing to show and refuses
+nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -21,7 +25,10 @@ from tether_desk.operations.runs import RunRow, attention_by_ticket, get_run, li
 from tether_desk.pipeline import Desk
 
 CACHE_SECONDS = 2.0
+STALE_SECONDS = 10.0
+"""A page shows a list this old at most while its refresh runs (older: it waits for it)."""
 _cache: dict[int, tuple[float, list[RunRow]]] = {}
+_refreshing: dict[int, asyncio.Future[list[RunRow]]] = {}
 
 
 def durable_client(desk: Desk) -> Any | None:
@@ -53,6 +60,7 @@ def desk_runs(desk: Desk, *, fresh: bool = False) -> list[RunRow]:
 def forget_cache(desk: Desk) -> None:
     """After an action on runs: the next look reads the log again."""
     _cache.pop(id(desk), None)
+    _refreshing.pop(id(desk), None)
 
 
 def tickets_needing_attention(desk: Desk) -> dict[int, RunRow]:
@@ -61,6 +69,39 @@ def tickets_needing_attention(desk: Desk) -> dict[int, RunRow]:
         return attention_by_ticket(desk_runs(desk))
     except Exception:  # the log unreachable: the page still renders, without it
         return {}
+
+
+async def attention_for_page(desk: Desk) -> dict[int, RunRow]:
+    """:func:`tickets_needing_attention` for a page on the event loop: from the list kept
+    if it is recent; past :data:`CACHE_SECONDS` one refresh starts in a thread (the pages
+    asking meanwhile share it) and, up to :data:`STALE_SECONDS`, the page does not wait
+    for it. After an action on runs (:func:`forget_cache`) the next page waits."""
+    if durable_client(desk) is None:
+        return {}
+    now = time.monotonic()
+    cached = _cache.get(id(desk))
+    if cached is not None and now - cached[0] < CACHE_SECONDS:
+        return attention_by_ticket(cached[1])
+    loop = asyncio.get_running_loop()
+    running = _refreshing.get(id(desk))
+    if running is None or running.done() or running.get_loop() is not loop:
+        running = loop.run_in_executor(None, _refresh, desk)
+        running.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen, if unused
+        _refreshing[id(desk)] = running
+    if cached is not None and now - cached[0] < STALE_SECONDS:
+        return attention_by_ticket(cached[1])
+    try:
+        return attention_by_ticket(await asyncio.shield(running))
+    except Exception:  # the log unreachable: the page still renders, without it
+        return {}
+
+
+def _refresh(desk: Desk) -> list[RunRow]:
+    try:
+        return desk_runs(desk, fresh=True)
+    except Exception:
+        _cache.pop(id(desk), None)
+        raise
 
 
 def refuse_undeliverable(desk: Desk, approval_id: int) -> None:

@@ -3,23 +3,22 @@ drafts to edit and send, the ledger. Only staff reach any of them."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import func, select
 
 from tether_desk.approvals import queue, screen, ticket_approvals
-from tether_desk.assignment import assigned_inbox, row_facts
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.errors import DeskError
+from tether_desk.inbox import inbox_page
 from tether_desk.models import Order, Refund, Ticket
 from tether_desk.models import Staff as StaffRow
 from tether_desk.money import parse_amount
-from tether_desk.operations.attention import tickets_needing_attention
+from tether_desk.operations.attention import attention_for_page, tickets_needing_attention
 from tether_desk.orders import order_view
-from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, inbox, save_draft, send_reply
+from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, save_draft, send_reply
 from tether_desk.trace import run_events, ticket_runs
 from tether_desk.web.app import render
 from tether_desk.web.deps import DeskDep, Staff, WorkerDep
@@ -57,26 +56,31 @@ async def staff_inbox(
     the page next to a ticket id, as the pager's links ask); ``assigned``: only mine,
     unassigned (``none``) or a colleague's (their id)."""
     chosen = status if status in STATUSES else None
+    owner: int | Literal["any"] | None = "any"
     if assigned is not None:
         owner = who.id if assigned == "me" else None if assigned == "none" else int(assigned)
-        rows = assigned_inbox(desk.db, owner, page)
-    else:
-        rows = inbox(desk.db, page, chosen, before=before, after=after)
+    found = inbox_page(
+        desk.db,
+        page,
+        status=chosen,
+        assignee=owner,
+        before=before,
+        after=after,
+        wait_target=desk.helpdesk.wait_target,
+    )  # one indexed statement: on the loop, cheaper than a worker-thread hop
     template = "inbox_rows.html" if request.headers.get("hx-request") else "inbox.html"
     cursor = f"&before={before}" if before else f"&after={after}" if after else ""
-    waits, owners = row_facts(desk.db, rows.rows, desk.helpdesk.wait_target)
-    attention = await asyncio.to_thread(tickets_needing_attention, desk)
     return render(
         request,
         template,
-        page=rows,
+        page=found.page,
         status=chosen,
         statuses=STATUSES,
         cursor=cursor,
         assigned=assigned,
-        waits=waits,
-        owners=owners,
-        attention=attention,
+        waits=found.waits,
+        owners=found.owners,
+        attention=await attention_for_page(desk),
     )
 
 
