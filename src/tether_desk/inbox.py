@@ -19,7 +19,7 @@ from sqlalchemy import Executable, bindparam, func, select
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.models import Customer, Message, Order, Staff, Ticket, TicketCount
-from tether_desk.tickets import PAGE_SIZE, Page, TicketRow
+from tether_desk.tickets import PAGE_SIZE, Page, TicketRow, page_of
 
 Mode = Literal["offset", "before", "after"]
 Owner = Literal["any", "none", "one"]
@@ -92,13 +92,7 @@ def _statement(status: bool, owner: Owner, mode: Mode) -> Executable:
         ids = ids.where(Ticket.assignee_id.is_(None))
     elif owner == "one":
         ids = ids.where(Ticket.assignee_id == bindparam("owner"))
-    if mode == "before":
-        ids = ids.where(Ticket.id < bindparam("before")).order_by(Ticket.id.desc())
-    elif mode == "after":
-        ids = ids.where(Ticket.id > bindparam("after")).order_by(Ticket.id.asc())
-    else:
-        ids = ids.order_by(Ticket.id.desc()).offset(bindparam("offset"))
-    chosen = ids.limit(PAGE_SIZE).subquery()
+    chosen = page_of(ids, mode)
     statement = (
         select(
             Ticket.id,

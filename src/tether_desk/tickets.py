@@ -12,7 +12,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Executable, bindparam, case, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Executable,
+    Select,
+    Subquery,
+    bindparam,
+    case,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from tether_desk.clock import utcnow
@@ -222,6 +233,18 @@ _COUNTS: dict[str, Any] = {
 the (customer_id, id) index."""
 
 
+def page_of(ids: Select[Any], mode: str) -> Subquery:
+    """One page of the ticket ids ``ids`` selects: ``before``/``after`` an id (keyset,
+    parameters of those names) or at an ``offset``, newest first."""
+    if mode == "before":
+        ids = ids.where(Ticket.id < bindparam("before")).order_by(Ticket.id.desc())
+    elif mode == "after":
+        ids = ids.where(Ticket.id > bindparam("after")).order_by(Ticket.id.asc())
+    else:
+        ids = ids.order_by(Ticket.id.desc()).offset(bindparam("offset"))
+    return ids.limit(PAGE_SIZE).subquery()
+
+
 def _page_statement(where: str, mode: str) -> Executable:
     """A page's rows and the list's count, in one statement: first the page's ids from an
     index alone (all tickets: the primary key; ``status``: (status, id); ``customer``:
@@ -235,13 +258,7 @@ def _page_statement(where: str, mode: str) -> Executable:
         ids = ids.where(Ticket.status == bindparam("status"))
     elif where == "customer":
         ids = ids.where(Ticket.customer_id == bindparam("customer_id"))
-    if mode == "before":
-        ids = ids.where(Ticket.id < bindparam("before")).order_by(Ticket.id.desc())
-    elif mode == "after":
-        ids = ids.where(Ticket.id > bindparam("after")).order_by(Ticket.id.asc())
-    else:
-        ids = ids.order_by(Ticket.id.desc()).offset(bindparam("offset"))
-    page = ids.limit(PAGE_SIZE).subquery()
+    page = page_of(ids, mode)
     statement = (
         select(*_PAGE_COLUMNS, _COUNTS[where].scalar_subquery())
         .select_from(page)
