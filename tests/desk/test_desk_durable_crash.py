@@ -57,9 +57,9 @@ REFUND_POINTS = [
     "draft.returned",
     "finish.returned",
     "ticket.done",
-    "approval.done",
+    "finish.done",
 ]
-BETWEEN = {"approval.requested", "approval.received", "ticket.done", "approval.done"}
+BETWEEN = {"approval.requested", "approval.received", "ticket.done", "finish.done"}
 """The boundaries between two steps; every other one is inside the step its workflow runs
 at that moment."""
 

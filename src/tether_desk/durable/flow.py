@@ -39,20 +39,22 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS
 from dbos._error import DBOSException
 from sqlalchemy import bindparam, select, update
 
 from tether.durable import await_decisions
-from tether.errors import ConfigError
+from tether.errors import ConfigError, StateError
 from tether.loop import Agent
-from tether.outcomes import Decision, RunResult, RunState
+from tether.outcomes import Decision, PendingApproval, RunResult, RunState
 from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
+from tether_desk.approvals import approval_of_call
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
+from tether_desk.decisions import DENIED
 from tether_desk.durable.boundaries import Boundary, BoundaryClient, BoundaryTool
 from tether_desk.durable.recorder import ReplayableRecorder
-from tether_desk.models import Approval, Run, Ticket
+from tether_desk.models import Approval, Run, RunEvent, Ticket
 from tether_desk.operations.transient import is_transient, retry_transient
 from tether_desk.pipeline import (
     MAX_SETTLE_ROUNDS,
@@ -78,6 +80,8 @@ hand to a waiting workflow) or ``{"status": STATUS}`` (a ticket that was not new
 
 TICKET_WORKFLOW = "tether_desk.ticket"
 APPROVAL_WORKFLOW = "tether_desk.approval"
+"""The previous layout's wait for a decision (``DBOS.recv``): kept for runs logged before."""
+FINISH_WORKFLOW = "tether_desk.finish"
 _CLAIM = (
     update(Ticket)
     .where(Ticket.id == bindparam("ticket_id_"), Ticket.status.in_(("new", "triaging")))
@@ -86,6 +90,20 @@ _CLAIM = (
 _DECIDED_BY = select(Approval.decided_by).where(
     Approval.run_id == bindparam("run_id_"), Approval.call_id == bindparam("call_id_")
 )
+_APPROVAL = select(
+    Approval.id,
+    Approval.status,
+    Approval.reason,
+    Approval.decided_by,
+    Approval.arguments_hash,
+    Approval.state_version,
+).where(Approval.run_id == bindparam("run_id_"), Approval.call_id == bindparam("call_id_"))
+_REQUESTED = (
+    select(RunEvent.seq, RunEvent.data)
+    .where(RunEvent.run_id == bindparam("run_id_"), RunEvent.kind == "approval_requested")
+    .order_by(RunEvent.seq)
+)
+EXPIRED = "the approval expired"
 _RUNNING = update(Run).where(Run.id == bindparam("run_id_")).values(status="running")
 
 
@@ -99,6 +117,12 @@ def wait_id(run_id: str, call_id: str) -> str:
     """The id of the workflow that waits for the decision on ``call_id`` of ``run_id``
     (the approval row holds both, so the web console finds it)."""
     return f"desk-wait:{run_id}:{call_id}"
+
+
+def finish_id(run_id: str, call_id: str) -> str:
+    """The id of the workflow that applies the decision on ``call_id`` of ``run_id``: a
+    decision delivered twice (a retry, a second console) starts it once."""
+    return f"desk-finish:{run_id}:{call_id}"
 
 
 def _run_id(kind: str) -> str:
@@ -134,9 +158,17 @@ async def ticket_workflow(ticket_id: int) -> str:
     return await _flow().ticket(ticket_id)
 
 
+@DBOS.workflow(name=FINISH_WORKFLOW)
+async def finish_workflow(ticket_id: int, run_id: str, call_id: str) -> str:
+    """A staff decision (or an expiry) on a stored approval: the run goes on to its draft
+    (or to its next proposal, stored for staff)."""
+    return await _flow().finish(ticket_id, run_id, call_id)
+
+
 @DBOS.workflow(name=APPROVAL_WORKFLOW)
 async def approval_workflow(waiting: dict[str, Any]) -> str:
-    """One call waiting for staff: stored, decided, then the run goes on."""
+    """The previous layout: one call waiting for staff in ``DBOS.recv`` (runs logged
+    before the decision started a workflow of its own finish there)."""
     return await _flow().approval(waiting)
 
 
@@ -254,7 +286,31 @@ class Flow:
         result = await agent.run(REFUND_PROMPT, run_id=run_id)
         return await self._settle(scope, recorder, agent, result)
 
-    # --- the approval's workflow --------------------------------------------------------
+    # --- the decision's workflow ---------------------------------------------------------
+
+    async def finish(self, ticket_id: int, run_id: str, call_id: str) -> str:
+        self.ticket_id = ticket_id
+        await self.at("approval.received")
+        done = await self.step("finish", self._finish_decided, ticket_id, run_id, call_id)
+        outcome = await self._hand_over(done)
+        await self.at("finish.done")
+        self.desk.changed(ticket_id)
+        return outcome
+
+    async def _finish_decided(self, ticket_id: int, run_id: str, call_id: str) -> Done:
+        """The step ``desk.finish``: the decision read from its approval (claimed once by
+        the console), the run's state and its trace's place from what ``desk.approval``
+        stored, the agent resumed (the refund paid under its idempotency key), then the
+        draft or the next proposal."""
+        found = await _blocking(_decision, self.db, run_id, call_id)
+        if found is None:  # not decided: nothing to apply (a start no decision made)
+            return {"outcome": await _blocking(ticket_status, self.db, ticket_id)}
+        decision, approver, approval_id, seq, state = found
+        scope = await _blocking(load_scope, self.db, ticket_id)
+        recorder = ReplayableRecorder(self.db, run_id, ticket_id, "refund", seq=seq)
+        return await self._apply(scope, recorder, state, decision, approver, approval_id)
+
+    # --- the previous layout's approval workflow (runs logged before) -------------------
 
     async def approval(self, waiting: dict[str, Any]) -> str:
         scope = TicketScope(**waiting["scope"])
@@ -272,7 +328,7 @@ class Flow:
         )
         self.desk.changed(scope.ticket_id)
         if approval_id is None:
-            await self.at("approval.done")
+            await self.at("finish.done")
             return "failed"
         decisions = await await_decisions(state)
         await self.at("approval.received")
@@ -280,7 +336,7 @@ class Flow:
             "finish", self._finish, scope, recorder, state, decisions, p.call_id, approval_id
         )
         outcome = await self._hand_over(done)
-        await self.at("approval.done")
+        await self.at("finish.done")
         self.desk.changed(scope.ticket_id)
         return outcome
 
@@ -293,10 +349,21 @@ class Flow:
         call_id: str,
         approval_id: int,
     ) -> Done:
-        """The step ``desk.finish``: who decided, the run resumed with the decision (the
-        refund paid under its idempotency key), then the draft or the next proposal."""
+        """The previous layout's ``desk.finish``, with the decision received."""
         approver = await _blocking(_decided, self.db, state.run_id, call_id)
         decision = next(d for d in decisions if d.call_id == call_id)
+        return await self._apply(scope, recorder, state, decision, approver, approval_id)
+
+    async def _apply(
+        self,
+        scope: TicketScope,
+        recorder: ReplayableRecorder,
+        state: RunState,
+        decision: Decision,
+        approver: int | None,
+        approval_id: int,
+    ) -> Done:
+        """Who decided noted, the run resumed with the decision, then settled."""
         recorder.note(
             "decision",
             {
@@ -309,7 +376,7 @@ class Flow:
         agent = self._agent(scope, recorder)
         assert agent.deps is not None
         deps = replace(agent.deps, approved_by=approver if decision.approved else None)
-        result = await agent.resume(state, decisions, deps=deps)
+        result = await agent.resume(state, [decision], deps=deps)
         return await self._settle(scope, recorder, agent, result)
 
     # --- shared by both -----------------------------------------------------------------
@@ -362,14 +429,25 @@ class Flow:
         return {"outcome": "draft_ready" if completed else "failed"}
 
     async def _hand_over(self, done: Done) -> str:
-        """Start the waiting workflow of the call a step returned; the ticket's status."""
+        """Store the approval of the call a step returned, as the step ``desk.approval`` of
+        this workflow, which then ends: staff's decision starts the workflow that finishes
+        the run (:func:`finish_id`). Returns the ticket's status."""
         if "waiting" not in done:
             outcome: str = done["outcome"]
             return outcome
         waiting = done["waiting"]
-        with SetWorkflowID(wait_id(waiting["run_id"], waiting["call_id"])):
-            await DBOS.start_workflow_async(approval_workflow, waiting)
-        return "awaiting_approval"
+        scope = TicketScope(**waiting["scope"])
+        state = RunState.from_json(waiting["state"], keys=self.db.state_keys())
+        p = next(p for p in state.pending if p.call_id == waiting["call_id"])
+        recorder = ReplayableRecorder(
+            self.db, state.run_id, scope.ticket_id, "refund", seq=waiting["seq"]
+        )
+        await self.at("approval.requested")
+        stored = await self.effect(
+            "approval", _store_once, self.desk, scope, recorder, state, p, waiting["reason"]
+        )
+        self.desk.changed(scope.ticket_id)
+        return "awaiting_approval" if stored is not None else "failed"
 
 
 # --- step bodies (blocking; each runs in a thread) ---------------------------------------
@@ -388,6 +466,51 @@ def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
     if not done.rowcount:
         return None
     return asdict(load_scope(desk.db, ticket_id))
+
+
+def _store_once(
+    desk: Desk,
+    scope: TicketScope,
+    recorder: ReplayableRecorder,
+    state: RunState,
+    p: PendingApproval,
+    reason: str,
+) -> int | None:
+    """:func:`~tether_desk.pipeline.store_approval`, unless an execution of this step cut
+    before its log entry stored it: then all it wrote is there (one transaction), and a
+    decision may already have moved the ticket on, so nothing is written again."""
+    with desk.db.read_connection() as c:
+        found = approval_of_call(c, state.run_id, p.call_id)
+    if found is not None:
+        return found
+    return store_approval(desk, scope, recorder, state, p, reason, state.usage, once=True)
+
+
+def _decision(
+    db: Database, run_id: str, call_id: str
+) -> tuple[Decision, int | None, int, int, RunState] | None:
+    """The decision on ``call_id`` as its approval row holds it (``None`` while it is
+    pending), who took it, the approval's id, the trace's number of the event that
+    noted it (the run's trace goes on after it), and the run's stored state; the run is
+    marked running again."""
+    with db.write_connection() as c:
+        a = c.execute(_APPROVAL, {"run_id_": run_id, "call_id_": call_id}).one_or_none()
+        if a is None or a.status == "pending":
+            return None
+        seq = next(
+            int(n)
+            for n, data in c.execute(_REQUESTED, {"run_id_": run_id})
+            if data.get("approval") == a.id
+        )
+        state = db.state_store().load_in(c, run_id)
+        c.execute(_RUNNING, {"run_id_": run_id})
+    if state is None or state.version != a.state_version:
+        raise StateError(f"the stored state of run {run_id} is gone or newer than its approval")
+    approved = a.status == "approved"
+    reason = "" if approved else EXPIRED if a.status == "expired" else (a.reason or DENIED)
+    decision = Decision(call_id, a.arguments_hash, approved, reason, run_id)
+    approver = int(a.decided_by) if a.decided_by is not None else None
+    return decision, approver, int(a.id), seq, state
 
 
 def _decided(db: Database, run_id: str, call_id: str) -> int | None:
