@@ -11,22 +11,22 @@ trace's inserts skip what an earlier execution wrote
 (:class:`~tether_desk.durable.recorder.ReplayableRecorder`), the answer finds its draft.
 Once logged, a step returns its result without running (the model is not asked again).
 
-A refund that needs a person does not hold a place in the queue while it waits (a
-night, maybe): the ticket's workflow starts ``tether_desk.approval`` for the waiting call,
-under an id derived from the run and the call (:func:`wait_id`), and ends. That workflow
-stores, in one step and one transaction, what the plain pipeline stores
-(:func:`tether_desk.pipeline.store_approval`): the run's state, the approval row, the
-ticket awaiting it and the trace, so the row is visible only once its waiter exists. It
-then waits in ``DBOS.recv`` for the decision, which the web console sends from its own
-process (:meth:`DurableDesk.deliver`) even while no worker runs, and finishes in one more
-step, ``desk.finish``: the decision read, the agent resumed (the refund runs under its
-call's idempotency key, so a step run again after a crash finds its refund in the ledger
-instead of paying twice), the draft written with the run's outcome (or the next proposal
-handed to a waiting workflow of its own).
+A refund that needs a person holds no workflow while it waits (a night, maybe): the
+ticket's workflow stores, in the step ``desk.approval`` and one transaction, what the
+plain pipeline stores (:func:`tether_desk.pipeline.store_approval`): the run's state, the
+approval row, the ticket awaiting it and the trace; then it ends. The web console claims
+the decision in the approval row and queues ``tether_desk.finish`` under an id derived
+from the run and the call (:func:`finish_id`; :meth:`DurableDesk.deliver`), even while no
+worker runs. That workflow's one step, ``desk.finish``, reads the decision from the row
+(never from a message), the run's state and the trace's place, resumes the agent (the
+refund runs under its call's idempotency key, so a step run again after a crash finds
+its refund in the ledger instead of paying twice) and writes the draft with the run's
+outcome (or stores the next proposal with a ``desk.approval`` of its own).
 
-A refund ticket is so 6 logged operations: ``desk.triage``, ``desk.agent``, the start
-of the approval's workflow, ``desk.approval``, ``DBOS.recv`` and ``desk.finish`` (see
-docs/durable.md, "The desk's steps").
+A refund ticket is so 4 logged operations: ``desk.triage``, ``desk.agent`` and
+``desk.approval`` in the ticket's workflow, ``desk.finish`` in the decision's (see
+docs/durable.md, "The desk's steps"). ``tether_desk.approval`` (a wait in ``DBOS.recv``)
+stays registered for the runs of the previous layout.
 """
 
 from __future__ import annotations
