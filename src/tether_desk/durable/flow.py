@@ -1,15 +1,16 @@
 """The desk's ticket pipeline as DBOS workflows: a worker killed anywhere loses nothing.
 
 ``tether_desk.ticket`` (one per ticket, taken from the queue by a worker) runs the plain
-pipeline's pieces (:mod:`tether_desk.pipeline`) as two steps: ``desk.triage`` (the claim,
-the triage model call and its record) and then the ending (``desk.answer``,
-``desk.needs_human``) or ``desk.agent``: the refund agent's turns up to its first
-proposal, screened by the desk. Nothing in ``desk.agent`` is irreversible (the agent reads
-the ticket and the order; the refund waits for a person), and each write in these steps is
-idempotent when a step runs again after a crash: the claim finds the ticket its own, the
-trace's inserts skip what an earlier execution wrote
-(:class:`~tether_desk.durable.recorder.ReplayableRecorder`), the answer finds its draft.
-Once logged, a step returns its result without running (the model is not asked again).
+pipeline's pieces (:mod:`tether_desk.pipeline`) in one step, ``desk.triage``: the claim,
+the triage model call and its record, then what the category decides: the answer
+(tracking), a person (other), or the refund agent's turns up to its first proposal,
+screened by the desk. Nothing in it is irreversible (the agent reads the ticket and the
+order; the refund waits for a person), and each write in it is idempotent when the step
+runs again after a crash: the claim finds the ticket its own (or, once the ending is
+written, no longer ``triaging``: nothing more is done), the trace's inserts skip what an
+earlier execution wrote (:class:`~tether_desk.durable.recorder.ReplayableRecorder`), the
+answer finds its draft. Once logged, the step returns its result without running (no
+model is asked again). Until then the ticket is ``triaging``: a run cut there shows so.
 
 A refund that needs a person holds no workflow while it waits (a night, maybe): the
 ticket's workflow stores, in the step ``desk.approval`` and one transaction, what the
@@ -23,8 +24,8 @@ refund runs under its call's idempotency key, so a step run again after a crash 
 its refund in the ledger instead of paying twice) and writes the draft with the run's
 outcome (or stores the next proposal with a ``desk.approval`` of its own).
 
-A refund ticket is so 4 logged operations: ``desk.triage``, ``desk.agent`` and
-``desk.approval`` in the ticket's workflow, ``desk.finish`` in the decision's (see
+A refund ticket is so 3 logged operations: ``desk.triage`` and ``desk.approval`` in the
+ticket's workflow, ``desk.finish`` in the decision's (see
 docs/durable.md, "The desk's steps"). ``tether_desk.approval`` (a wait in ``DBOS.recv``)
 stays registered for the runs of the previous layout.
 """
@@ -224,21 +225,12 @@ class Flow:
     async def ticket(self, ticket_id: int) -> str:
         self.ticket_id = ticket_id
         try:
-            triaged = await self._triage(ticket_id)
-            if "status" in triaged:  # not a new ticket (processed by the plain pipeline)
-                status: str = triaged["status"]
+            done = await self.step(
+                "triage", self._triaged, ticket_id, _run_id("triage"), _run_id("refund")
+            )
+            if "status" in done:  # not a new ticket (processed by the plain pipeline)
+                status: str = done["status"]
                 return status
-            self.desk.changed(ticket_id)
-            scope = TicketScope(**triaged["scope"])
-            category = triaged["category"]
-            if category == "tracking":
-                await self.effect("answer", _answer_tracking, self.db, scope)
-                done: Done = {"outcome": "answered"}
-            elif category == "refund":
-                done = await self.step("agent", self._refund, scope, _run_id("refund"))
-            else:
-                await self.effect("needs_human", set_status, self.db, ticket_id, "needs_human")
-                done = {"outcome": "needs_human"}
         except DBOSException:
             raise
         except Exception as exc:
@@ -252,34 +244,42 @@ class Flow:
         self.desk.changed(ticket_id)
         return outcome
 
-    async def _triage(self, ticket_id: int) -> dict[str, Any]:
-        """One step: the claim, the triage model call and its record (the trace and the
-        ticket's category). Run again after a crash, the claim finds the ticket its own
-        and the record writes only what is not there yet; once logged, the model is not
-        asked again. Returns the scope and the category, or the status of a ticket that
-        was not new."""
-        run_id = _run_id("triage")
-        client = self.desk.triage_client or self.desk.client
-
-        async def triage() -> dict[str, Any]:
-            scope_data = await _blocking(_claim, self.desk, ticket_id)
-            if scope_data is None:
-                return {"status": await _blocking(ticket_status, self.db, ticket_id)}
-            scope = TicketScope(**scope_data)
-            recorder = ReplayableRecorder(self.db, run_id, ticket_id, "triage")
-            start_triage(recorder)
-            result = await classify(client, scope.subject, scope.body)
-            note_triage(recorder, result)
-            recorder.hold()
-            await _blocking(record_triage, recorder, scope, result)
-            return {"scope": scope_data, "category": result.category}
-
-        done: dict[str, Any] = await self.step("triage", triage)
-        return done
+    async def _triaged(self, ticket_id: int, triage_run: str, refund_run: str) -> Done:
+        """The step ``desk.triage``: the claim, the triage model call and its record (the
+        trace and the ticket's category), then what the category decides: the answer
+        (tracking), a person (other), or the refund agent's turns up to its first
+        proposal, screened by the desk. Nothing in it is irreversible (the refund waits
+        for a person). Run again after a crash, the claim finds the ticket its own, the
+        records write only what is not there yet, the answer finds its draft; once logged,
+        no model is asked again. Until then the ticket is ``triaging``."""
+        scope_data = await _blocking(_claim, self.desk, ticket_id)
+        if scope_data is None:
+            return {"status": await _blocking(ticket_status, self.db, ticket_id)}
+        scope = TicketScope(**scope_data)
+        recorder = ReplayableRecorder(self.db, triage_run, ticket_id, "triage")
+        start_triage(recorder)
+        result = await classify(
+            self.desk.triage_client or self.desk.client, scope.subject, scope.body
+        )
+        note_triage(recorder, result)
+        recorder.hold()
+        await _blocking(record_triage, recorder, scope, result)
+        self.desk.changed(ticket_id)
+        if result.category == "refund":
+            return await self._refund(scope, refund_run)
+        if result.category == "tracking":
+            await self.at("answer.before")
+            await _blocking(_answer_tracking, self.db, scope)
+            await self.at("answer.returned")
+            return {"outcome": "answered"}
+        await self.at("needs_human.before")
+        await _blocking(set_status, self.db, ticket_id, "needs_human")
+        await self.at("needs_human.returned")
+        return {"outcome": "needs_human"}
 
     async def _refund(self, scope: TicketScope, run_id: str) -> Done:
-        """The step ``desk.agent``: the refund agent's turns up to its first proposal
-        (reads only: nothing irreversible), screened by the desk."""
+        """The refund agent's turns up to its first proposal (reads only: nothing
+        irreversible), screened by the desk (inside ``desk.triage``)."""
         recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "refund")
         recorder.start()
         agent = self._agent(scope, recorder)
