@@ -231,6 +231,8 @@ class Flow:
             if "status" in done:  # not a new ticket (processed by the plain pipeline)
                 status: str = done["status"]
                 return status
+            if "category" in done:  # logged by the previous layout: its next step follows
+                done = await self._decided_by_triage(done, _run_id("refund"))
         except DBOSException:
             raise
         except Exception as exc:
@@ -243,6 +245,19 @@ class Flow:
         await self.at("ticket.done")
         self.desk.changed(ticket_id)
         return outcome
+
+    async def _decided_by_triage(self, triaged: dict[str, Any], refund_run: str) -> Done:
+        """The previous layout, for a run that logged its triage alone before an upgrade:
+        the category's ending or ``desk.agent`` as steps of their own."""
+        scope = TicketScope(**triaged["scope"])
+        if triaged["category"] == "tracking":
+            await self.effect("answer", _answer_tracking, self.db, scope)
+            return {"outcome": "answered"}
+        if triaged["category"] == "refund":
+            done: Done = await self.step("agent", self._refund, scope, refund_run)
+            return done
+        await self.effect("needs_human", set_status, self.db, scope.ticket_id, "needs_human")
+        return {"outcome": "needs_human"}
 
     async def _triaged(self, ticket_id: int, triage_run: str, refund_run: str) -> Done:
         """The step ``desk.triage``: the claim, the triage model call and its record (the
