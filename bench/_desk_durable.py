@@ -184,13 +184,13 @@ async def _steps(runs: Any, number: str) -> dict[str, int]:
 
 
 async def _waits(runs: Any, ticket: int) -> list[str]:
-    from tether_desk.durable import wait_id
+    from tether_desk.durable import finish_id, wait_id
 
     with runs.desk.db.read_connection() as c:
         rows = c.execute(
             select(Approval.run_id, Approval.call_id).where(Approval.ticket_id == ticket)
         ).all()
-    return [wait_id(r, c_) for r, c_ in rows]
+    return [w for r, c_ in rows for w in (wait_id(r, c_), finish_id(r, c_))]
 
 
 _IDLE = ("poll' of 'select", "acquire' of '_thread", "wait", "sleep", "get' of '_queue")

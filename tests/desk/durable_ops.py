@@ -43,12 +43,12 @@ def log_path(desk: Desk) -> Path:
     return Path(desk.db.url.split("///", 1)[1]).with_suffix(".runs.db")
 
 
-async def stuck_in_triage(desk: Desk) -> int:
-    """A refund ticket whose workflow stopped (DBOS shut down) half way: its first step
-    (the claim, the triage and its record) logged, the ticket still ``triaging``, the
-    refund agent's first model call not made."""
+async def stuck_in_triage(desk: Desk, version: str = "1") -> int:
+    """A refund ticket whose workflow (of ``version``) stopped (DBOS shut down) half way:
+    its first step (the claim, the triage and its record, the agent's turns to its
+    proposal) logged, the ticket still ``triaging``, the approval not stored."""
     ticket = ticket_id_by_order(desk.db, "C-2210")
-    runs = durable(desk, block_at="model.before:1")
+    runs = durable(desk, version=version, block_at="approval.requested")
     await runs.start()
     await runs.submit(ticket)
     await until(lambda: status(desk.db, ticket) == "triaging")

@@ -21,7 +21,7 @@ from tether.outcomes import Decision
 from tether.tools import ToolSpec
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, decide, expire_due, recover_decided, resume
-from tether_desk.durable import DurableDesk, DurableSettings, wait_id, workflow_id
+from tether_desk.durable import DurableDesk, DurableSettings, finish_id, workflow_id
 from tether_desk.models import Approval, Customer, Order, Refund, Run, RunEvent, Ticket
 from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.scripted import DeskScriptedModel
@@ -107,7 +107,7 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
     approval = pending_approval(durable.db, tid)
     assert approval is not None and approval.amount_cents == 1500
     status = await decide(durable, approval.id, staff_id(durable.db), approve=True)
-    assert status == "awaiting_approval"  # the decision went to the run that waits
+    assert status == "awaiting_approval"  # the decision started the run's finish
     assert await until(durable.db, tid, "draft_ready") == "draft_ready"
     draft = draft_of(durable.db, tid)
     assert draft is not None and "rembourse 15.00 EUR" in draft.body
@@ -131,15 +131,14 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
 
     steps = await DBOS.list_workflow_steps_async(workflow_id(tid))
     assert [s["function_name"] for s in steps] == [
-        "desk.triage",  # the claim, the model call and its record: one step
-        "desk.agent",  # the agent's turns up to its proposal, screened: reads only
-        "tether_desk.approval",  # the approval waits in a workflow of its own
+        "desk.triage",  # the claim, the model call and its record, then the agent's turns
+        # up to its proposal, screened: one step, reads only
+        "desk.approval",  # stored for staff; the ticket's workflow ends: nothing waits
     ]
-    waited = await DBOS.list_workflow_steps_async(wait_id(approval.run_id, approval.call_id))
-    names = [s["function_name"] for s in waited if s["function_name"] != "DBOS.sleep"]
-    # stored; the decision received; then the refund (its idempotency key makes it once),
-    # the last model call and the draft in one step
-    assert names == ["desk.approval", "DBOS.recv", "desk.finish"]
+    finished = await DBOS.list_workflow_steps_async(finish_id(approval.run_id, approval.call_id))
+    # the decision started it: the refund (its idempotency key makes it once), the last
+    # model call and the draft in one step
+    assert [s["function_name"] for s in finished] == ["desk.finish"]
 
 
 async def test_a_denial_refunds_nothing_and_the_agent_drafts_a_reply(durable: Desk) -> None:
@@ -182,7 +181,7 @@ async def test_queued_twice_decided_twice_forged_once_refunds_once(durable: Desk
     await until(durable.db, tid, "awaiting_approval")
     approval = pending_approval(durable.db, tid)
     assert approval is not None
-    # a forged decision (other arguments) reaches the run, which ignores it and waits on
+    # a forged decision (other arguments) on a pending approval starts nothing
     await runs.deliver(Decision(approval.call_id, "0" * 64, True, "", approval.run_id))
     await asyncio.sleep(0.5)
     assert refunds_by_order(durable.db).get(order_of(durable.db, tid)) is None

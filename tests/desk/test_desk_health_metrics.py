@@ -54,7 +54,7 @@ def test_metrics_say_what_an_operator_watches(served: tuple[Desk, TestClient]) -
     assert m[("desk_tickets", (("status", "awaiting_approval"),))] >= 1
     assert m[("desk_approvals_waiting", ())] >= 1
     assert m[("desk_approval_oldest_wait_seconds", ())] >= 0
-    assert m[("desk_runs", (("state", "waiting"),))] >= 1
+    assert m[("desk_runs", (("state", "waiting"),))] == 0  # the approval holds no run
     assert m[("desk_runs", (("state", "error"),))] == 0
     assert m[("desk_runs_needing_attention", ())] == 0
     assert m[("desk_model_tokens_total", (("direction", "input"),))] > 0

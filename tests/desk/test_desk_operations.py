@@ -1,8 +1,8 @@
 """The operator's view of runs on a durable SQLite desk: a run the code no longer matches
 (a step changed without raising the version) shows as ERROR, its ticket as needing
 attention, and a retry carries it on; a run stranded by a version change is re-run under
-the new one; a dead executor's runs show as waiting on it and are recovered; a run that
-cannot go on is failed to an advisor."""
+the new one; a dead executor's runs show as waiting on it and are recovered (an approval
+that waits for staff holds no run); a run that cannot go on is failed to an advisor."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from durable_ops import durable, log_path, status, stuck_in_triage, until
-from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
+from helpers import pending_approval, refunds_by_order, staff_id
 
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, resume
@@ -107,25 +107,23 @@ async def test_a_dead_executors_runs_show_and_are_recovered(desk: Desk) -> None:
         taken = recover(runs.client, desk.db, ["local"], "1")
         assert taken == [workflow_id(ticket)]
         await until(lambda: status(desk.db, ticket) == "awaiting_approval")
-        rows = list_runs(runs.client, desk.db, "1")
-        assert {r.state for r in rows} == {"waiting"}  # the approval's, on live w-2
-        assert {r.executor_id for r in rows} == {"w-2"}
+        # the approval waits for staff; no run waits with it
+        await until(lambda: list_runs(runs.client, desk.db, "1") == [])
     finally:
         await runs.stop()
 
 
-async def test_failing_a_waiting_run_hands_its_ticket_to_an_advisor(desk: Desk) -> None:
-    ticket = ticket_id_by_order(desk.db, "C-2210")
-    runs = durable(desk)
+async def test_failing_a_run_hands_its_ticket_to_an_advisor(desk: Desk) -> None:
+    ticket = await stuck_in_triage(desk)  # cut half way; its executor "local" is gone
+    runs = DurableDesk(desk, DurableSettings(executor_id="w-2", poll_seconds=0.05))
     await runs.start()
     try:
-        await runs.submit(ticket)
-        await until(lambda: status(desk.db, ticket) == "awaiting_approval")
-        waiting = [r for r in list_runs(runs.client, desk.db, "1") if r.state == "waiting"]
-        assert [r.ticket_id for r in waiting] == [ticket]
-        said = await asyncio.to_thread(fail, runs.client, desk.db, waiting[0].workflow_id, "1")
+        (row,) = list_runs(runs.client, desk.db, "1")
+        assert (row.ticket_id, row.state) == (ticket, "absent")
+        said = await asyncio.to_thread(fail, runs.client, desk.db, row.workflow_id, "1")
         assert "goes to an advisor" in said
         assert status(desk.db, ticket) == "failed"
-        assert pending_approval(desk.db, ticket) is None  # no decision can be accepted
+        assert pending_approval(desk.db, ticket) is None  # the agent never proposed
+        assert [r.state for r in list_runs(runs.client, desk.db, "1")] == ["cancelled"]
     finally:
         await runs.stop()

@@ -1,7 +1,7 @@
 """The console's runs page for operators, on a durable SQLite desk whose version was
-raised under a waiting approval: the run shows as stranded and its ticket as needing
-attention, a decision that could not be delivered is refused with the reason (never
-accepted and lost), and a retry under the new version lets the decision through once."""
+raised under a run cut half way: the run shows as stranded and its ticket as needing
+attention, a retry under the new version takes it to its approval, and the decision goes
+through once. An approval that waits holds no run: a version change strands none."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from durable_ops import durable, status, until
+from durable_ops import status, stuck_in_triage
 from helpers import pending_approval, refunds_by_order, ticket_id_by_order
 from starlette.testclient import TestClient
 from webclient import login, wait_for
@@ -26,14 +26,6 @@ from tether_desk.seed import seed
 from tether_desk.web.app import create_app
 
 
-async def waiting_under_version_1(desk: Desk, ticket: int) -> None:
-    runs = durable(desk)
-    await runs.start()
-    await runs.submit(ticket)
-    await until(lambda: status(desk.db, ticket) == "awaiting_approval")
-    await runs.stop()
-
-
 @pytest.fixture
 def upgraded(tmp_path: Path) -> Iterator[tuple[Desk, int]]:
     db = Database(sqlite_url(tmp_path / "desk.db"))
@@ -41,15 +33,13 @@ def upgraded(tmp_path: Path) -> Iterator[tuple[Desk, int]]:
     seed(db)
     desk = Desk(db, DeskScriptedModel())
     ticket = ticket_id_by_order(db, "C-2210")
-    asyncio.run(waiting_under_version_1(desk, ticket))
+    assert asyncio.run(stuck_in_triage(desk)) == ticket  # cut under version 1
     DurableDesk(desk, DurableSettings(poll_seconds=0.05, application_version="2"))
     yield desk, ticket
     db.dispose()
 
 
-def test_a_stranded_approval_is_refused_shown_retried_then_decided(
-    upgraded: tuple[Desk, int],
-) -> None:
+def test_a_stranded_run_is_shown_retried_then_decided(upgraded: tuple[Desk, int]) -> None:
     desk, ticket = upgraded
     with TestClient(create_app(desk)) as client:
         csrf = login(client, "staff")
@@ -61,19 +51,7 @@ def test_a_stranded_approval_is_refused_shown_retried_then_decided(
         assert "needs attention" in client.get(f"/staff/tickets/{ticket}").text
         assert "needs attention" in client.get("/staff/inbox").text
 
-        approval = pending_approval(desk.db, ticket)
-        assert approval is not None
-        form = {  # what the approval screen's form sends
-            "decision": "approve",
-            "arguments_hash": approval.arguments_hash,
-            "csrftoken": csrf,
-        }
-        refused = client.post(f"/staff/approvals/{approval.id}", data=form)
-        assert refused.status_code == 409
-        assert "version 1 of the desk, which no process runs now" in refused.text
-        assert pending_approval(desk.db, ticket) is not None  # nothing was accepted
-
-        wid = re.search(r"<code>(desk-wait:[^<]+)</code>", page)
+        wid = re.search(r"<code>(desk-ticket-[^<]+)</code>", page)
         assert wid is not None
         done = client.post(
             "/staff/operations/runs/retry",
@@ -81,23 +59,27 @@ def test_a_stranded_approval_is_refused_shown_retried_then_decided(
             follow_redirects=True,
         )
         assert done.status_code == 200 and "under version 2" in done.text
-
-        def retried_waits() -> bool:
-            rows = list_runs(desk.runs.client, desk.db, "2")  # type: ignore[union-attr]
-            return any(r.workflow_id == wid.group(1) and r.state == "waiting" for r in rows)
-
-        wait_for(retried_waits, 60)
+        wait_for(lambda: status(desk.db, ticket) == "awaiting_approval", 60)
         assert "needs attention" not in client.get(f"/staff/tickets/{ticket}").text
+        rows = list_runs(desk.runs.client, desk.db, "2")  # type: ignore[union-attr]
+        assert rows == []  # the approval waits for staff; no run waits with it
 
+        approval = pending_approval(desk.db, ticket)
+        assert approval is not None
+        form = {  # what the approval screen's form sends
+            "decision": "approve",
+            "arguments_hash": approval.arguments_hash,
+            "csrftoken": csrf,
+        }
         accepted = client.post(f"/staff/approvals/{approval.id}", data=form)
         assert accepted.status_code == 200, accepted.text
         wait_for(lambda: status(desk.db, ticket) == "draft_ready", 60)
+        again = client.post(f"/staff/approvals/{approval.id}", data=form)
+        assert again.status_code == 409  # decided once
     assert refunds_by_order(desk.db) == {"C-2210": 1200}
 
 
 def test_a_dead_workers_run_is_shown_and_recovered_from_the_console(tmp_path: Path) -> None:
-    from durable_ops import stuck_in_triage
-
     db = Database(sqlite_url(tmp_path / "desk.db"))
     db.migrate()
     seed(db)

@@ -1,7 +1,9 @@
-"""The upgrade runbook of docs/durable.md, end to end on SQLite and PostgreSQL: approvals wait under
-version 0 when the code moves to version 1. The new process says so in one line at
-start; one run is drained with the old code, the other retried under the new version;
-both decisions apply once, and no decision is accepted that no process could apply."""
+"""The upgrade runbook of docs/durable.md, end to end on SQLite and PostgreSQL: two tickets'
+runs are cut half way under version 0 when the code moves to version 1. The new process
+says so in one line at start; one run is drained with the old code, the other retried
+under the new version; both refunds are made once. An approval waiting for staff holds no
+run, so a version change strands none: the decision starts its run's finish under the
+version of the console that takes it."""
 
 from __future__ import annotations
 
@@ -11,13 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from durable_ops import durable, status, until, wait_under
+from durable_ops import status, until
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
 from typer.testing import CliRunner
 
 from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
-from tether_desk.errors import Conflict
+from tether_desk.durable import DurableDesk, DurableSettings
 from tether_desk.money import format_cents
 from tether_desk.operations.runs_cli import runs_app
 from tether_desk.pipeline import Desk
@@ -27,11 +29,31 @@ from tether_desk.seed import seed
 TETHER = [sys.executable, "-c", "from tether.cli import main; main()"]
 
 
-async def decide(desk: Desk, version: str, ticket: int) -> None:
-    """Approve ``ticket``'s refund on a process of ``version`` and wait for its draft."""
-    runs = durable(desk, version=version)
+async def cut_under(desk: Desk, version: str, executor: str, ticket: int) -> None:
+    """Run ``ticket`` under ``version`` on ``executor`` until its triage is logged, then
+    stop DBOS there (its workflow stays pending under that version)."""
+
+    async def block(name: str, _ticket: int) -> None:
+        if name == "model.before:1":
+            await asyncio.Event().wait()
+
+    settings = DurableSettings(executor_id=executor, poll_seconds=0.05, application_version=version)
+    runs = DurableDesk(desk, settings, boundary=block)
+    await runs.start()
+    await runs.submit(ticket)
+    await until(lambda: status(desk.db, ticket) == "triaging")
+    await asyncio.sleep(0.3)
+    await runs.stop()
+
+
+async def finish_on(desk: Desk, version: str, executor: str, ticket: int) -> None:
+    """A process of ``version`` on ``executor`` takes ``ticket`` to its approval, which
+    staff approve, then to its draft."""
+    settings = DurableSettings(executor_id=executor, poll_seconds=0.05, application_version=version)
+    runs = DurableDesk(desk, settings)
     await runs.start()
     try:
+        await until(lambda: pending_approval(desk.db, ticket) is not None)
         approval = pending_approval(desk.db, ticket)
         assert approval is not None
         typed = format_cents(approval.amount_cents)
@@ -59,7 +81,8 @@ def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(desk_url: str)
     desk = Desk(db, DeskScriptedModel())
     drained = ticket_id_by_order(db, "C-2210")
     retried = ticket_id_by_order(db, "C-1042")
-    asyncio.run(wait_under(desk, "0", [drained, retried]))
+    asyncio.run(cut_under(desk, "0", "old-a", drained))
+    asyncio.run(cut_under(desk, "0", "old-b", retried))
 
     # 1. the new version starts and says what waits
     worker = subprocess.Popen(
@@ -82,19 +105,8 @@ def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(desk_url: str)
     assert "2 of version 0" in said[0] and "this is version 1" in said[0]
     assert "tether runs retry --stranded" in said[0]
 
-    # the console of version 1 refuses a decision no process of version 0 would apply
-    runs = durable(desk, version="1")
-    asyncio.run(runs.start())
-    try:
-        approval = pending_approval(db, drained)
-        assert approval is not None
-        with pytest.raises(Conflict, match="version 0 of the desk, which no process runs"):
-            claim_decision(desk, approval.id, staff_id(db), approve=True)
-    finally:
-        asyncio.run(runs.stop())
-
-    # 2. drain: the old code decides and finishes its run
-    asyncio.run(decide(desk, "0", drained))
+    # 2. drain: the old code, on the executor that left the run, finishes it
+    asyncio.run(finish_on(desk, "0", "old-a", drained))
 
     # 3. retry: the rest is marked for a re-run under the new version
     listed = CliRunner().invoke(runs_app, ["list", "--db", desk_url])
@@ -103,7 +115,7 @@ def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(desk_url: str)
     result = CliRunner().invoke(runs_app, ["retry", "--stranded", "--db", desk_url])
     assert result.exit_code == 0, result.output
     assert result.output.count("under version 1") == 1, result.output
-    asyncio.run(decide(desk, "1", retried))
+    asyncio.run(finish_on(desk, "1", "local", retried))
 
     listed = CliRunner().invoke(runs_app, ["list", "--db", desk_url])
     assert "no runs in progress." in listed.output, listed.output

@@ -9,7 +9,14 @@ a process, the queue, decisions) and docs/durable.md.
 from __future__ import annotations
 
 from tether_desk.durable.boundaries import Boundary
-from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW, wait_id, workflow_id
+from tether_desk.durable.flow import (
+    APPROVAL_WORKFLOW,
+    FINISH_WORKFLOW,
+    TICKET_WORKFLOW,
+    finish_id,
+    wait_id,
+    workflow_id,
+)
 from tether_desk.durable.runner import (
     APP_NAME,
     APP_VERSION,
@@ -23,11 +30,13 @@ __all__ = [
     "APPROVAL_WORKFLOW",
     "APP_NAME",
     "APP_VERSION",
+    "FINISH_WORKFLOW",
     "QUEUE",
     "TICKET_WORKFLOW",
     "Boundary",
     "DurableDesk",
     "DurableSettings",
+    "finish_id",
     "system_database_url",
     "wait_id",
     "workflow_id",

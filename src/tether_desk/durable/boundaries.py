@@ -14,10 +14,11 @@ work (``X.before``) and after it, before DBOS logs the step (``X.returned``):
   ``failed``: the other endings.
 
 And between steps: ``approval.requested`` (before storing the approval),
-``approval.received`` (the decision is logged, the run not yet resumed), ``ticket.done``
-and ``approval.done`` (a workflow's last step is logged, the workflow has not returned;
-for a refund that waits, the ticket's workflow ends once the approval's has started).
-"After step X is logged" is the next step's ``before``: nothing durable happens between.
+``ticket.done`` (the ticket's last step is logged, its workflow has not returned; for a
+refund, the approval is stored and nothing waits for it), ``approval.received`` (the
+decision's workflow started, the run not yet resumed) and ``finish.done`` (its last step
+logged). "After step X is logged" is the next step's ``before``: nothing durable happens
+between.
 """
 
 from __future__ import annotations

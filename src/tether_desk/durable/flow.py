@@ -1,32 +1,33 @@
 """The desk's ticket pipeline as DBOS workflows: a worker killed anywhere loses nothing.
 
 ``tether_desk.ticket`` (one per ticket, taken from the queue by a worker) runs the plain
-pipeline's pieces (:mod:`tether_desk.pipeline`) as two steps: ``desk.triage`` (the claim,
-the triage model call and its record) and then the ending (``desk.answer``,
-``desk.needs_human``) or ``desk.agent``: the refund agent's turns up to its first
-proposal, screened by the desk. Nothing in ``desk.agent`` is irreversible (the agent reads
-the ticket and the order; the refund waits for a person), and each write in these steps is
-idempotent when a step runs again after a crash: the claim finds the ticket its own, the
-trace's inserts skip what an earlier execution wrote
-(:class:`~tether_desk.durable.recorder.ReplayableRecorder`), the answer finds its draft.
-Once logged, a step returns its result without running (the model is not asked again).
+pipeline's pieces (:mod:`tether_desk.pipeline`) in one step, ``desk.triage``: the claim,
+the triage model call and its record, then what the category decides: the answer
+(tracking), a person (other), or the refund agent's turns up to its first proposal,
+screened by the desk. Nothing in it is irreversible (the agent reads the ticket and the
+order; the refund waits for a person), and each write in it is idempotent when the step
+runs again after a crash: the claim finds the ticket its own (or, once the ending is
+written, no longer ``triaging``: nothing more is done), the trace's inserts skip what an
+earlier execution wrote (:class:`~tether_desk.durable.recorder.ReplayableRecorder`), the
+answer finds its draft. Once logged, the step returns its result without running (no
+model is asked again). Until then the ticket is ``triaging``: a run cut there shows so.
 
-A refund that needs a person does not hold a place in the queue while it waits (a
-night, maybe): the ticket's workflow starts ``tether_desk.approval`` for the waiting call,
-under an id derived from the run and the call (:func:`wait_id`), and ends. That workflow
-stores, in one step and one transaction, what the plain pipeline stores
-(:func:`tether_desk.pipeline.store_approval`): the run's state, the approval row, the
-ticket awaiting it and the trace, so the row is visible only once its waiter exists. It
-then waits in ``DBOS.recv`` for the decision, which the web console sends from its own
-process (:meth:`DurableDesk.deliver`) even while no worker runs, and finishes in one more
-step, ``desk.finish``: the decision read, the agent resumed (the refund runs under its
-call's idempotency key, so a step run again after a crash finds its refund in the ledger
-instead of paying twice), the draft written with the run's outcome (or the next proposal
-handed to a waiting workflow of its own).
+A refund that needs a person holds no workflow while it waits (a night, maybe): the
+ticket's workflow stores, in the step ``desk.approval`` and one transaction, what the
+plain pipeline stores (:func:`tether_desk.pipeline.store_approval`): the run's state, the
+approval row, the ticket awaiting it and the trace; then it ends. The web console claims
+the decision in the approval row and queues ``tether_desk.finish`` under an id derived
+from the run and the call (:func:`finish_id`; :meth:`DurableDesk.deliver`), even while no
+worker runs. That workflow's one step, ``desk.finish``, reads the decision from the row
+(never from a message), the run's state and the trace's place, resumes the agent (the
+refund runs under its call's idempotency key, so a step run again after a crash finds
+its refund in the ledger instead of paying twice) and writes the draft with the run's
+outcome (or stores the next proposal with a ``desk.approval`` of its own).
 
-A refund ticket is so 6 logged operations: ``desk.triage``, ``desk.agent``, the start
-of the approval's workflow, ``desk.approval``, ``DBOS.recv`` and ``desk.finish`` (see
-docs/durable.md, "The desk's steps").
+A refund ticket is so 3 logged operations: ``desk.triage`` and ``desk.approval`` in the
+ticket's workflow, ``desk.finish`` in the decision's (see
+docs/durable.md, "The desk's steps"). ``tether_desk.approval`` (a wait in ``DBOS.recv``)
+stays registered for the runs of the previous layout.
 """
 
 from __future__ import annotations
@@ -39,20 +40,22 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS
 from dbos._error import DBOSException
 from sqlalchemy import bindparam, select, update
 
 from tether.durable import await_decisions
-from tether.errors import ConfigError
+from tether.errors import ConfigError, StateError
 from tether.loop import Agent
-from tether.outcomes import Decision, RunResult, RunState
+from tether.outcomes import Decision, PendingApproval, RunResult, RunState
 from tether_desk.agent import REFUND_PROMPT, AgentDeps, TicketScope, refund_agent
+from tether_desk.approvals import approval_of_call
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
+from tether_desk.decisions import DENIED
 from tether_desk.durable.boundaries import Boundary, BoundaryClient, BoundaryTool
 from tether_desk.durable.recorder import ReplayableRecorder
-from tether_desk.models import Approval, Run, Ticket
+from tether_desk.models import Approval, Run, RunEvent, Ticket
 from tether_desk.operations.transient import is_transient, retry_transient
 from tether_desk.pipeline import (
     MAX_SETTLE_ROUNDS,
@@ -68,17 +71,30 @@ from tether_desk.pipeline import (
     store_approval,
     ticket_status,
 )
-from tether_desk.thread import follow_up
+from tether_desk.thread import RoundScope, follow_up
 from tether_desk.triage import classify
 
 log = logging.getLogger("tether_desk")
 T = TypeVar("T")
 Done = dict[str, Any]
 """A step's logged result: ``{"outcome": STATUS}``, ``{"waiting": {...}}`` (a call to
-hand to a waiting workflow) or ``{"status": STATUS}`` (a ticket that was not new)."""
+hand to a waiting workflow) or ``{"status": STATUS}`` (a ticket that was not new); the
+triage's also has ``"round"``: what the round read (``[seen, round]``, its follow-up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """What a round read of its ticket (:class:`~tether_desk.thread.RoundScope`)."""
+
+    ticket_id: int
+    seen: int | None
+    round: int
+
 
 TICKET_WORKFLOW = "tether_desk.ticket"
 APPROVAL_WORKFLOW = "tether_desk.approval"
+"""The previous layout's wait for a decision (``DBOS.recv``): kept for runs logged before."""
+FINISH_WORKFLOW = "tether_desk.finish"
 _CLAIM = (
     update(Ticket)
     .where(Ticket.id == bindparam("ticket_id_"), Ticket.status.in_(("new", "triaging")))
@@ -87,6 +103,21 @@ _CLAIM = (
 _DECIDED_BY = select(Approval.decided_by).where(
     Approval.run_id == bindparam("run_id_"), Approval.call_id == bindparam("call_id_")
 )
+_APPROVAL = select(
+    Approval.id,
+    Approval.status,
+    Approval.reason,
+    Approval.decided_by,
+    Approval.arguments_hash,
+    Approval.state_version,
+    Approval.context,
+).where(Approval.run_id == bindparam("run_id_"), Approval.call_id == bindparam("call_id_"))
+_REQUESTED = (
+    select(RunEvent.seq, RunEvent.data)
+    .where(RunEvent.run_id == bindparam("run_id_"), RunEvent.kind == "approval_requested")
+    .order_by(RunEvent.seq)
+)
+EXPIRED = "the approval expired"
 _RUNNING = update(Run).where(Run.id == bindparam("run_id_")).values(status="running")
 
 
@@ -100,6 +131,12 @@ def wait_id(run_id: str, call_id: str) -> str:
     """The id of the workflow that waits for the decision on ``call_id`` of ``run_id``
     (the approval row holds both, so the web console finds it)."""
     return f"desk-wait:{run_id}:{call_id}"
+
+
+def finish_id(run_id: str, call_id: str) -> str:
+    """The id of the workflow that applies the decision on ``call_id`` of ``run_id``: a
+    decision delivered twice (a retry, a second console) starts it once."""
+    return f"desk-finish:{run_id}:{call_id}"
 
 
 def _run_id(kind: str) -> str:
@@ -135,9 +172,17 @@ async def ticket_workflow(ticket_id: int) -> str:
     return await _flow().ticket(ticket_id)
 
 
+@DBOS.workflow(name=FINISH_WORKFLOW)
+async def finish_workflow(ticket_id: int, run_id: str, call_id: str) -> str:
+    """A staff decision (or an expiry) on a stored approval: the run goes on to its draft
+    (or to its next proposal, stored for staff)."""
+    return await _flow().finish(ticket_id, run_id, call_id)
+
+
 @DBOS.workflow(name=APPROVAL_WORKFLOW)
 async def approval_workflow(waiting: dict[str, Any]) -> str:
-    """One call waiting for staff: stored, decided, then the run goes on."""
+    """The previous layout: one call waiting for staff in ``DBOS.recv`` (runs logged
+    before the decision started a workflow of its own finish there)."""
     return await _flow().approval(waiting)
 
 
@@ -188,7 +233,7 @@ class Flow:
         out: T = done["out"]
         return out
 
-    async def follow_up(self, scope: TicketScope) -> None:
+    async def follow_up(self, scope: RoundScope) -> None:
         """The ticket's next round if the customer wrote while this one ran
         (:func:`tether_desk.thread.follow_up`). Not a step: it does its work once however
         often it runs (a replay finds the round moved on), and its answer steers nothing."""
@@ -198,23 +243,19 @@ class Flow:
 
     async def ticket(self, ticket_id: int) -> str:
         self.ticket_id = ticket_id
-        scope: TicketScope | None = None
+        scope: RoundScope | None = None
         try:
-            triaged = await self._triage(ticket_id)
-            if "status" in triaged:  # not a new ticket (processed by the plain pipeline)
-                status: str = triaged["status"]
+            done = await self.step(
+                "triage", self._triaged, ticket_id, _run_id("triage"), _run_id("refund")
+            )
+            if "status" in done:  # not a new ticket (processed by the plain pipeline)
+                status: str = done["status"]
                 return status
-            self.desk.changed(ticket_id)
-            scope = TicketScope(**triaged["scope"])
-            category = triaged["category"]
-            if category == "tracking":
-                await self.effect("answer", _answer_tracking, self.db, scope)
-                done: Done = {"outcome": "answered"}
-            elif category == "refund":
-                done = await self.step("agent", self._refund, scope, _run_id("refund"))
-            else:
-                await self.effect("needs_human", set_status, self.db, ticket_id, "needs_human")
-                done = {"outcome": "needs_human"}
+            if "round" in done:  # what the round read: where its follow-up looks from
+                scope = _Round(ticket_id, *done["round"])
+            if "category" in done:  # logged by the previous layout: its next step follows
+                scope = TicketScope(**done["scope"])
+                done = await self._decided_by_triage(done, _run_id("refund"))
         except DBOSException:
             raise
         except Exception as exc:
@@ -230,41 +271,97 @@ class Flow:
         self.desk.changed(ticket_id)
         return outcome
 
-    async def _triage(self, ticket_id: int) -> dict[str, Any]:
-        """One step: the claim, the triage model call and its record (the trace and the
-        ticket's category). Run again after a crash, the claim finds the ticket its own
-        and the record writes only what is not there yet; once logged, the model is not
-        asked again. Returns the scope and the category, or the status of a ticket that
-        was not new."""
-        run_id = _run_id("triage")
-        client = self.desk.triage_client or self.desk.client
+    async def _decided_by_triage(self, triaged: dict[str, Any], refund_run: str) -> Done:
+        """The previous layout, for a run that logged its triage alone before an upgrade:
+        the category's ending or ``desk.agent`` as steps of their own."""
+        scope = TicketScope(**triaged["scope"])
+        if triaged["category"] == "tracking":
+            await self.effect("answer", _answer_tracking, self.db, scope)
+            return {"outcome": "answered"}
+        if triaged["category"] == "refund":
+            done: Done = await self.step("agent", self._refund, scope, refund_run)
+            return done
+        await self.effect("needs_human", set_status, self.db, scope.ticket_id, "needs_human")
+        return {"outcome": "needs_human"}
 
-        async def triage() -> dict[str, Any]:
-            scope_data = await _blocking(_claim, self.desk, ticket_id)
-            if scope_data is None:
-                return {"status": await _blocking(ticket_status, self.db, ticket_id)}
-            scope = TicketScope(**scope_data)
-            recorder = ReplayableRecorder(self.db, run_id, ticket_id, "triage")
-            start_triage(recorder)
-            result = await classify(client, scope.subject, scope.body)
-            note_triage(recorder, result)
-            recorder.hold()
-            await _blocking(record_triage, recorder, scope, result)
-            return {"scope": scope_data, "category": result.category}
-
-        done: dict[str, Any] = await self.step("triage", triage)
+    async def _triaged(self, ticket_id: int, triage_run: str, refund_run: str) -> Done:
+        """The step ``desk.triage``: the claim, the triage model call and its record (the
+        trace and the ticket's category), then what the category decides: the answer
+        (tracking), a person (other), or the refund agent's turns up to its first
+        proposal, screened by the desk. Nothing in it is irreversible (the refund waits
+        for a person). Run again after a crash, the claim finds the ticket its own, the
+        records write only what is not there yet, the answer finds its draft; once logged,
+        no model is asked again. Until then the ticket is ``triaging``."""
+        scope_data = await _blocking(_claim, self.desk, ticket_id)
+        if scope_data is None:
+            return {"status": await _blocking(ticket_status, self.db, ticket_id)}
+        scope = TicketScope(**scope_data)
+        done = await self._decided(scope, triage_run, refund_run)
+        done["round"] = [scope.seen, scope.round]  # what the round read (its follow-up)
         return done
 
+    async def _decided(self, scope: TicketScope, triage_run: str, refund_run: str) -> Done:
+        """Inside ``desk.triage``: the triage and what its category decides."""
+        ticket_id = scope.ticket_id
+        recorder = ReplayableRecorder(self.db, triage_run, ticket_id, "triage")
+        start_triage(recorder)
+        result = await classify(
+            self.desk.triage_client or self.desk.client, scope.subject, scope.body
+        )
+        note_triage(recorder, result)
+        recorder.hold()
+        await _blocking(record_triage, recorder, scope, result)
+        self.desk.changed(ticket_id)
+        if result.category == "refund":
+            return await self._refund(scope, refund_run)
+        if result.category == "tracking":
+            await self.at("answer.before")
+            await _blocking(_answer_tracking, self.db, scope)
+            await self.at("answer.returned")
+            return {"outcome": "answered"}
+        await self.at("needs_human.before")
+        await _blocking(set_status, self.db, ticket_id, "needs_human")
+        await self.at("needs_human.returned")
+        return {"outcome": "needs_human"}
+
     async def _refund(self, scope: TicketScope, run_id: str) -> Done:
-        """The step ``desk.agent``: the refund agent's turns up to its first proposal
-        (reads only: nothing irreversible), screened by the desk."""
+        """The refund agent's turns up to its first proposal (reads only: nothing
+        irreversible), screened by the desk (inside ``desk.triage``)."""
         recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "refund")
         recorder.start()
         agent = self._agent(scope, recorder)
         result = await agent.run(REFUND_PROMPT, run_id=run_id)
         return await self._settle(scope, recorder, agent, result)
 
-    # --- the approval's workflow --------------------------------------------------------
+    # --- the decision's workflow ---------------------------------------------------------
+
+    async def finish(self, ticket_id: int, run_id: str, call_id: str) -> str:
+        self.ticket_id = ticket_id
+        await self.at("approval.received")
+        done = await self.step("finish", self._finish_decided, ticket_id, run_id, call_id)
+        outcome = await self._hand_over(done)
+        if "round" in done and outcome != "awaiting_approval":
+            await self.follow_up(_Round(ticket_id, *done["round"]))
+        await self.at("finish.done")
+        self.desk.changed(ticket_id)
+        return outcome
+
+    async def _finish_decided(self, ticket_id: int, run_id: str, call_id: str) -> Done:
+        """The step ``desk.finish``: the decision read from its approval (claimed once by
+        the console), the run's state and its trace's place from what ``desk.approval``
+        stored, the agent resumed (the refund paid under its idempotency key), then the
+        draft or the next proposal."""
+        found = await _blocking(_decision, self.db, run_id, call_id)
+        if found is None:  # not decided: nothing to apply (a start no decision made)
+            return {"outcome": await _blocking(ticket_status, self.db, ticket_id)}
+        decision, approver, approval_id, seq, state, seen = found
+        scope = replace(await _blocking(load_scope, self.db, ticket_id), seen=seen)
+        recorder = ReplayableRecorder(self.db, run_id, ticket_id, "refund", seq=seq)
+        done = await self._apply(scope, recorder, state, decision, approver, approval_id)
+        done["round"] = [scope.seen, scope.round]  # what the proposal's round had read
+        return done
+
+    # --- the previous layout's approval workflow (runs logged before) -------------------
 
     async def approval(self, waiting: dict[str, Any]) -> str:
         scope = TicketScope(**waiting["scope"])
@@ -282,7 +379,7 @@ class Flow:
         )
         self.desk.changed(scope.ticket_id)
         if approval_id is None:
-            await self.at("approval.done")
+            await self.at("finish.done")
             return "failed"
         decisions = await await_decisions(state)
         await self.at("approval.received")
@@ -292,7 +389,7 @@ class Flow:
         outcome = await self._hand_over(done)
         if outcome != "awaiting_approval":
             await self.follow_up(scope)
-        await self.at("approval.done")
+        await self.at("finish.done")
         self.desk.changed(scope.ticket_id)
         return outcome
 
@@ -305,10 +402,21 @@ class Flow:
         call_id: str,
         approval_id: int,
     ) -> Done:
-        """The step ``desk.finish``: who decided, the run resumed with the decision (the
-        refund paid under its idempotency key), then the draft or the next proposal."""
+        """The previous layout's ``desk.finish``, with the decision received."""
         approver = await _blocking(_decided, self.db, state.run_id, call_id)
         decision = next(d for d in decisions if d.call_id == call_id)
+        return await self._apply(scope, recorder, state, decision, approver, approval_id)
+
+    async def _apply(
+        self,
+        scope: TicketScope,
+        recorder: ReplayableRecorder,
+        state: RunState,
+        decision: Decision,
+        approver: int | None,
+        approval_id: int,
+    ) -> Done:
+        """Who decided noted, the run resumed with the decision, then settled."""
         recorder.note(
             "decision",
             {
@@ -321,7 +429,7 @@ class Flow:
         agent = self._agent(scope, recorder)
         assert agent.deps is not None
         deps = replace(agent.deps, approved_by=approver if decision.approved else None)
-        result = await agent.resume(state, decisions, deps=deps)
+        result = await agent.resume(state, [decision], deps=deps)
         return await self._settle(scope, recorder, agent, result)
 
     # --- shared by both -----------------------------------------------------------------
@@ -374,14 +482,25 @@ class Flow:
         return {"outcome": "draft_ready" if completed else "failed"}
 
     async def _hand_over(self, done: Done) -> str:
-        """Start the waiting workflow of the call a step returned; the ticket's status."""
+        """Store the approval of the call a step returned, as the step ``desk.approval`` of
+        this workflow, which then ends: staff's decision starts the workflow that finishes
+        the run (:func:`finish_id`). Returns the ticket's status."""
         if "waiting" not in done:
             outcome: str = done["outcome"]
             return outcome
         waiting = done["waiting"]
-        with SetWorkflowID(wait_id(waiting["run_id"], waiting["call_id"])):
-            await DBOS.start_workflow_async(approval_workflow, waiting)
-        return "awaiting_approval"
+        scope = TicketScope(**waiting["scope"])
+        state = RunState.from_json(waiting["state"], keys=self.db.state_keys())
+        p = next(p for p in state.pending if p.call_id == waiting["call_id"])
+        recorder = ReplayableRecorder(
+            self.db, state.run_id, scope.ticket_id, "refund", seq=waiting["seq"]
+        )
+        await self.at("approval.requested")
+        stored = await self.effect(
+            "approval", _store_once, self.desk, scope, recorder, state, p, waiting["reason"]
+        )
+        self.desk.changed(scope.ticket_id)
+        return "awaiting_approval" if stored is not None else "failed"
 
 
 # --- step bodies (blocking; each runs in a thread) ---------------------------------------
@@ -400,6 +519,52 @@ def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
     if not done.rowcount:
         return None
     return asdict(load_scope(desk.db, ticket_id))
+
+
+def _store_once(
+    desk: Desk,
+    scope: TicketScope,
+    recorder: ReplayableRecorder,
+    state: RunState,
+    p: PendingApproval,
+    reason: str,
+) -> int | None:
+    """:func:`~tether_desk.pipeline.store_approval`, unless an execution of this step cut
+    before its log entry stored it: then all it wrote is there (one transaction), and a
+    decision may already have moved the ticket on, so nothing is written again."""
+    with desk.db.read_connection() as c:
+        found = approval_of_call(c, state.run_id, p.call_id)
+    if found is not None:
+        return found
+    return store_approval(desk, scope, recorder, state, p, reason, state.usage, once=True)
+
+
+def _decision(
+    db: Database, run_id: str, call_id: str
+) -> tuple[Decision, int | None, int, int, RunState, int | None] | None:
+    """The decision on ``call_id`` as its approval row holds it (``None`` while it is
+    pending), who took it, the approval's id, the trace's number of the event that
+    noted it (the run's trace goes on after it), the run's stored state, and the newest
+    customer message the proposal's round had read; the run is marked running again."""
+    with db.write_connection() as c:
+        a = c.execute(_APPROVAL, {"run_id_": run_id, "call_id_": call_id}).one_or_none()
+        if a is None or a.status == "pending":
+            return None
+        seq = next(
+            int(n)
+            for n, data in c.execute(_REQUESTED, {"run_id_": run_id})
+            if data.get("approval") == a.id
+        )
+        state = db.state_store().load_in(c, run_id)
+        c.execute(_RUNNING, {"run_id_": run_id})
+    if state is None or state.version != a.state_version:
+        raise StateError(f"the stored state of run {run_id} is gone or newer than its approval")
+    approved = a.status == "approved"
+    reason = "" if approved else EXPIRED if a.status == "expired" else (a.reason or DENIED)
+    decision = Decision(call_id, a.arguments_hash, approved, reason, run_id)
+    approver = int(a.decided_by) if a.decided_by is not None else None
+    seen = a.context.get("seen") if isinstance(a.context, dict) else None
+    return decision, approver, int(a.id), seq, state, seen if isinstance(seen, int) else None
 
 
 def _decided(db: Database, run_id: str, call_id: str) -> int | None:

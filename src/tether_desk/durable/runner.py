@@ -1,8 +1,8 @@
 """The desk on durable runs: DBOS in this process, the tickets' queue, staff decisions.
 
 A :class:`DurableDesk` becomes ``desk.runs``: the web console's ticket worker hands new
-tickets to the queue (:meth:`DurableDesk.submit_new`) and a staff decision goes to the
-workflow that waits for it (:meth:`DurableDesk.deliver`), through a
+tickets to the queue (:meth:`DurableDesk.submit_new`) and a staff decision starts the
+workflow that applies it (:meth:`DurableDesk.deliver`), through a
 :class:`dbos.DBOSClient`, so the console needs no DBOS runtime of its own. A process that
 *processes* tickets (``tether serve`` by default, every ``tether worker``) launches DBOS
 with :meth:`DurableDesk.start` and takes tickets from the queue, at most
@@ -41,8 +41,15 @@ from tether.durable.runtime import sqlite_engine
 from tether.errors import ConfigError
 from tether.outcomes import Decision
 from tether_desk.durable.boundaries import Boundary
-from tether_desk.durable.flow import TICKET_WORKFLOW, install, wait_id, workflow_id
-from tether_desk.models import Ticket
+from tether_desk.durable.flow import (
+    FINISH_WORKFLOW,
+    TICKET_WORKFLOW,
+    finish_id,
+    install,
+    wait_id,
+    workflow_id,
+)
+from tether_desk.models import Approval, Ticket
 from tether_desk.pipeline import Desk
 
 APP_NAME = "tether-desk"
@@ -231,13 +238,45 @@ class DurableDesk:
         return [(int(t), int(r)) for t, r in rows]
 
     async def deliver(self, decision: Decision) -> None:
-        """Send a decision to the workflow waiting on its call (running or not: a run
-        whose worker is down reads it when it recovers). Sending it again changes nothing."""
-        payload = decisions_to_json([decision])
-        key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-        await self.client.send_async(
-            wait_id(decision.run_id, decision.call_id), payload, DECISIONS_TOPIC, key
+        """Start the workflow that applies a decision stored in its approval row (queued,
+        for whichever worker takes it, even one that starts later). Its id is derived from
+        the call (:func:`~tether_desk.durable.flow.finish_id`), so delivering again starts
+        nothing; a decision whose approval is still pending (forged, early) starts nothing:
+        the workflow applies the decision the approval row holds. A run of the previous
+        layout, waiting in ``DBOS.recv``, is sent the decision instead (sending it twice
+        applies it once)."""
+        wait = wait_id(decision.run_id, decision.call_id)
+        legacy = await asyncio.to_thread(
+            self.client.list_workflows, workflow_ids=[wait], load_input=False, load_output=False
         )
+        if legacy:
+            payload = decisions_to_json([decision])
+            key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+            await self.client.send_async(wait, payload, DECISIONS_TOPIC, key)
+            return
+        ticket = await asyncio.to_thread(self._decided_ticket, decision)
+        if ticket is None:  # not decided (a forged or early message): nothing to apply
+            return
+        options: Any = {
+            "queue_name": QUEUE,
+            "workflow_name": FINISH_WORKFLOW,
+            "workflow_id": finish_id(decision.run_id, decision.call_id),
+            "app_version": self.settings.application_version,
+        }
+        await self.client.enqueue_async(options, ticket, decision.run_id, decision.call_id)
+
+    def _decided_ticket(self, decision: Decision) -> int | None:
+        """The ticket of the decision's approval once it is decided (the workflow applies
+        what the row holds, never the message's content); ``None`` while it is pending."""
+        with self.desk.db.read_connection() as c:
+            found = c.execute(
+                select(Approval.ticket_id, Approval.status).where(
+                    Approval.run_id == decision.run_id, Approval.call_id == decision.call_id
+                )
+            ).one_or_none()
+        if found is None or found.status == "pending":
+            return None
+        return int(found.ticket_id)
 
     async def recover(self, executor_ids: list[str]) -> list[str]:
         """Take over the pending runs of workers that are gone for good (never of a

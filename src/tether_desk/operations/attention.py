@@ -118,11 +118,13 @@ def refuse_undeliverable(desk: Desk, approval_id: int) -> None:
         return
     from tether_desk.durable import wait_id
 
+    # only a run of the previous layout waits in a workflow of its own: a decision on any
+    # other starts the workflow that applies it, under this version
     wid, version = wait_id(found[0], found[1]), current_version(desk)
     try:
         (status,) = client.list_workflows(workflow_ids=[wid], load_input=False, load_output=False)
     except Exception:
-        return  # no wait logged for it: the decision is stored and resent later
+        return  # no wait logged for it: the decision starts its own workflow
     if status.status in ("PENDING", "ENQUEUED") and status.app_version == version:
         return  # the usual case: it waits, under this version; nothing more to read
     try:

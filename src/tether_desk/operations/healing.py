@@ -16,12 +16,10 @@ from collections import Counter
 from typing import Any
 
 from tether.durable import running_workflow_ids
-from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
 from tether_desk.operations import runs as ops
 from tether_desk.operations.transient import is_transient
 
 log = logging.getLogger("tether_desk")
-NAMES = [TICKET_WORKFLOW, APPROVAL_WORKFLOW]
 MAX_RETRIES = 5
 """A run that fails on a transient error this many times is left to an operator (it
 shows as ERROR, needing attention)."""
@@ -44,7 +42,7 @@ class Healer:
         """One pass; returns what it resumed."""
         healed = []
         failed = self.client.list_workflows(
-            name=NAMES, status="ERROR", app_version=self.version, load_input=False
+            name=ops.NAMES, status="ERROR", app_version=self.version, load_input=False
         )
         for w in failed:
             if is_transient(w.error) and self._retried[w.workflow_id] < MAX_RETRIES:
@@ -53,7 +51,7 @@ class Healer:
                 log.warning("healed after a transient fault: %s", said)
                 healed.append(w.workflow_id)
         pending = self.client.list_workflows(
-            name=NAMES,
+            name=ops.NAMES,
             status="PENDING",
             executor_id=self.executor_id,
             app_version=self.version,

@@ -1,7 +1,8 @@
 """The operator's view of a durable desk's runs, and the actions that unblock them.
 
-Every workflow of the desk (a ticket's, or an approval's wait) not yet done is in one
-state: ``running``, ``waiting`` (for a staff decision), ``queued``, ``absent`` (pending on
+Every workflow of the desk (a ticket's, or a decision's: ``desk-finish:RUN:CALL``, started
+by the decision) not yet done is in one state: ``running``, ``waiting`` (only a run of the
+previous layout, which waited for its decision in a workflow), ``queued``, ``absent`` (pending on
 an executor that is stopped or dead: it resumes at that executor's next start, or on a
 live one after :func:`recover`), ``error`` (a step failed for good, or the code changed
 under a logged run), ``stranded`` (logged by another application version, which no
@@ -31,11 +32,13 @@ from sqlalchemy import select
 from tether.errors import ConfigError
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
-from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
+from tether_desk.durable.flow import APPROVAL_WORKFLOW, FINISH_WORKFLOW, TICKET_WORKFLOW
 from tether_desk.models import Approval, Run
 from tether_desk.operations.liveness import Executor, executors
 from tether_desk.pipeline import set_status
 
+NAMES = [TICKET_WORKFLOW, FINISH_WORKFLOW, APPROVAL_WORKFLOW]
+"""The desk's workflows: a ticket's, a decision's, and the previous layout's wait."""
 ACTIVE = ["PENDING", "ENQUEUED", "DELAYED"]
 STOPPED = ["ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED", "CANCELLED"]
 STATE_WORDS = {
@@ -62,7 +65,7 @@ class RunRow:
 
     workflow_id: str
     kind: str
-    """``ticket`` or ``approval``."""
+    """``ticket`` or ``approval`` (a decision's workflow)."""
     ticket_id: int | None
     state: str
     status: str
@@ -128,7 +131,7 @@ def _rows(db: Database, statuses: Iterable[Any], version: str) -> list[RunRow]:
     run_ids = {
         s.workflow_id.split(":")[1]: s.workflow_id
         for s in statuses
-        if s.name == APPROVAL_WORKFLOW and s.workflow_id.count(":") >= 2
+        if s.name in (APPROVAL_WORKFLOW, FINISH_WORKFLOW) and s.workflow_id.count(":") >= 2
     }
     tickets: dict[str, int] = {}
     waiting: set[str] = set()
@@ -174,7 +177,7 @@ def list_runs(
     client: DBOSClient, db: Database, version: str, *, done: bool = False, limit: int = 1000
 ) -> list[RunRow]:
     """The desk's runs not yet done (with ``done``, the finished ones too), oldest first."""
-    names = [TICKET_WORKFLOW, APPROVAL_WORKFLOW]
+    names = NAMES
     found = client.list_workflows(
         name=names, status=ACTIVE, load_input=False, load_output=False, limit=limit
     )
@@ -283,7 +286,7 @@ def recover(
                 "over its runs"
             )
     pending = client.list_workflows(
-        name=[TICKET_WORKFLOW, APPROVAL_WORKFLOW],
+        name=NAMES,
         status="PENDING",
         executor_id=executor_ids,
         app_version=version,

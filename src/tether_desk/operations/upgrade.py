@@ -19,15 +19,14 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from tether_desk.db import Database
-from tether_desk.durable.flow import APPROVAL_WORKFLOW, TICKET_WORKFLOW
 from tether_desk.operations.liveness import executors
-from tether_desk.operations.runs import ACTIVE
+from tether_desk.operations.runs import ACTIVE, NAMES
 
 
 def other_versions(client: Any, version: str) -> Counter[str]:
     """How many runs in progress each version other than ``version`` has."""
     found = client.list_workflows(
-        name=[TICKET_WORKFLOW, APPROVAL_WORKFLOW],
+        name=NAMES,
         status=ACTIVE,
         load_input=False,
         load_output=False,
@@ -51,7 +50,7 @@ def orphaned(client: Any, desk_db: Database, version: str, me: str) -> Counter[s
     """How many runs of ``version`` wait on each other executor that has no fresh
     heartbeat (stopped or dead: they resume at its next start, or once recovered)."""
     found = client.list_workflows(
-        name=[TICKET_WORKFLOW, APPROVAL_WORKFLOW],
+        name=NAMES,
         status="PENDING",
         app_version=version,
         load_input=False,
