@@ -89,8 +89,12 @@ class Database:
             )
             _sqlite_setup(self.engine, self)
         else:
-            self.engine = create_engine(
-                self.url, echo=echo, pool_size=pool_size, max_overflow=pool_size * 4
+            self.engine = create_engine(  # a pooled connection a server restart cut is
+                self.url,  # found by its ping and replaced, not handed to a request
+                echo=echo,
+                pool_size=pool_size,
+                max_overflow=pool_size * 4,
+                pool_pre_ping=True,
             )
         self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
         self._reader = self.engine.execution_options(desk_begin="NONE")

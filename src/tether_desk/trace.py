@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
@@ -189,8 +190,22 @@ class RunRecorder:
         self._cancel_timer()
         if not self._buffer and self._new_run is None and self._seq is not None:
             return
-        with self.db.write_connection() as c:
+        with self._kept_on_failure(), self.db.write_connection() as c:
             self._write(c)
+
+    @contextmanager
+    def _kept_on_failure(self) -> Iterator[None]:
+        """What is not written yet (the run's row, the events, where they are numbered
+        from) stays as it was if the transaction fails (a full disk, a lost server): the
+        next write sends it all again, never events without their run."""
+        new_run, buffer, seq = self._new_run, self._buffer, self._seq
+        try:
+            yield
+        except BaseException:
+            self._new_run, self._seq = new_run, seq
+            if self._buffer is not buffer:  # taken for the insert: back, before any since
+                self._buffer = buffer + self._buffer
+            raise
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -235,7 +250,7 @@ class RunRecorder:
             "requests": usage.requests,
             "finished_at": utcnow(),
         }
-        with self.db.write_connection() as c:
+        with self._kept_on_failure(), self.db.write_connection() as c:
             for item in also:
                 if isinstance(item, Executable):
                     c.execute(item)

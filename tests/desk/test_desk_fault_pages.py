@@ -33,7 +33,7 @@ def test_a_fault_is_a_friendly_page_with_a_retry(
 ) -> None:
     with TestClient(create_app(desk), raise_server_exceptions=False) as client:
         login(client, "staff")
-        monkeypatch.setattr(staff, "inbox", raising(exc))
+        monkeypatch.setattr(staff, "inbox_page", raising(exc))
         r = client.get("/staff/inbox?page=1")
         assert r.status_code == code
         assert says in r.text and "Internal Server Error" not in r.text
