@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,11 +54,11 @@ async def test_a_full_disk_heals_without_a_restart(
     seed(db)
     desk = Desk(db, DeskScriptedModel())
     ticket = ticket_id_by_order(db, "C-2210")
-    gate = asyncio.Event()
+    gate = threading.Event()  # the workflows run on DBOS's loop, in its own thread
 
     async def boundary(name: str, _ticket: int) -> None:
         if name == "model.before:1":  # the triage step is logged, the ticket triaging
-            await gate.wait()
+            await asyncio.to_thread(gate.wait)
 
     runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05), boundary=boundary)
     await runs.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -60,18 +61,18 @@ async def test_a_lost_postgres_connection_heals_without_a_restart(
     seed(db)
     desk = Desk(db, DeskScriptedModel())
     first = ticket_id_by_order(db, "C-2210")
-    reached, gate = asyncio.Event(), asyncio.Event()
+    reached, gate = threading.Event(), threading.Event()  # the workflows run on DBOS's loop
 
     async def boundary(name: str, ticket: int) -> None:
         if name == STOP_AT and ticket == first and not gate.is_set():
             reached.set()
-            await gate.wait()
+            await asyncio.to_thread(gate.wait)
 
     runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05), boundary=boundary)
     await runs.start()
     try:
         await runs.submit(first)
-        await asyncio.wait_for(reached.wait(), 90)
+        assert await asyncio.to_thread(reached.wait, 90)
         await asyncio.to_thread(own_server.stop)
         assert not own_server.alive()
         gate.set()  # the step's write meets the lost connection
