@@ -6,12 +6,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from tether_desk.operations.healing import Healer
 from tether_desk.operations.liveness import BEAT_SECONDS, beat, forget
 
 log = logging.getLogger("tether_desk")
+T = TypeVar("T")
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread of its own: a call that DBOS's client retries while the
+    database is down (with no end) never holds the process back from exiting, as a pool's
+    thread would (the interpreter joins those at exit)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, exc = fn(), None
+        except BaseException as e:  # handed to the awaiting task
+            result, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=run, name="desk-upkeep", daemon=True).start()
+    return await done
 
 
 async def upkeep(runs: Any, every: float = BEAT_SECONDS) -> None:
@@ -27,7 +57,7 @@ async def upkeep(runs: Any, every: float = BEAT_SECONDS) -> None:
                 if healer is None and runs._client is not None:
                     healer = Healer(runs._client, db, s.executor_id, s.application_version)
                 if healer is not None:
-                    await asyncio.to_thread(healer.heal)
+                    await in_daemon_thread(healer.heal)
             except Exception as exc:  # the fault has not cleared yet: next time
                 log.warning("upkeep: %s", exc)
             await asyncio.sleep(every)
