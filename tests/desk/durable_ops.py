@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 from helpers import ticket_id_by_order
@@ -67,3 +69,26 @@ async def wait_under(desk: Desk, version: str, tickets: list[int]) -> None:
     for t in tickets:
         await until(lambda t=t: status(desk.db, t) == "awaiting_approval")  # type: ignore[misc]
     await runs.stop()
+
+
+TETHER = [sys.executable, "-c", "from tether.cli import main; main()"]
+
+
+def worker_start_up(worker_id: str, db: str) -> tuple[int, str]:
+    """``tether worker`` started on ``db`` and stopped (SIGTERM) once it takes tickets: its
+    exit code and what it printed."""
+    worker = subprocess.Popen(
+        [*TETHER, "worker", "--id", worker_id, "--db", db, "--model", "scripted"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert worker.stdout is not None
+    lines = []
+    for line in worker.stdout:
+        lines.append(line)
+        if "taking tickets" in line:
+            break
+    worker.terminate()
+    out = "".join(lines) + worker.communicate(timeout=60)[0]
+    return worker.returncode, out

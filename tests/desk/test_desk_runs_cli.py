@@ -4,11 +4,9 @@ on a worker that is gone: one line each, with the command that unblocks them."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
-from durable_ops import stuck_in_triage
+from durable_ops import stuck_in_triage, worker_start_up
 from typer.testing import CliRunner
 
 from tether_desk.db import Database, sqlite_url
@@ -17,8 +15,6 @@ from tether_desk.operations.runs_cli import runs_app
 from tether_desk.pipeline import Desk
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
-
-TETHER = [sys.executable, "-c", "from tether.cli import main; main()"]
 
 
 def test_runs_of_a_gone_worker_are_named_at_start_and_by_tether_runs(tmp_path: Path) -> None:
@@ -38,21 +34,8 @@ def test_runs_of_a_gone_worker_are_named_at_start_and_by_tether_runs(tmp_path: P
     assert shown.exit_code == 0, shown.output
     assert "desk.triage" in shown.output and f"ticket {ticket}" in shown.output
 
-    worker = subprocess.Popen(
-        [*TETHER, "worker", "--id", "w-2", "--db", str(path), "--model", "scripted"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert worker.stdout is not None
-    lines = []
-    for line in worker.stdout:
-        lines.append(line)
-        if "taking tickets" in line:
-            break
-    worker.terminate()
-    out = "".join(lines) + worker.communicate(timeout=60)[0]
-    assert worker.returncode == 0, out
+    code, out = worker_start_up("w-2", str(path))
+    assert code == 0, out
     assert "recovery: 1 run(s) wait on executor 'local', which is not running" in out
     assert f"tether runs recover local --db {path}" in out
     db.dispose()

@@ -24,7 +24,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
 
-from tether_desk.web.security import ASGIApp, Message, Receive, Scope, Send, plain
+from tether_desk.web.security import ASGIApp, Message, Receive, Scope, Send, plain, replaying
 from tether_desk.web.settings import WebSettings
 
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -142,16 +142,7 @@ async def _buffer(receive: Receive) -> tuple[bytes, Receive]:
         if not message.get("more_body", False):
             break
     body = b"".join(chunks)
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
+    return body, replaying(body, receive)
 
 
 def _sent_token(scope: Scope, body: bytes) -> str:

@@ -45,6 +45,21 @@ async def plain(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the app ``body``, already read whole, then ``receive``'s next
+    messages (a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 class BodyGuard:
     """Reads the body once (bounded), checks it, and replays it to the app."""
 
@@ -89,16 +104,7 @@ class BodyGuard:
         except UnicodeDecodeError:
             await plain(send, 400, "The request body is not UTF-8 text.")
             return
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 class SecurityHeaders:
