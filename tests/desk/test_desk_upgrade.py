@@ -8,25 +8,23 @@ version of the console that takes it."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from durable_ops import status, until
+from dbos import DBOS
+from durable_ops import status, until, worker_start_up
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
 from typer.testing import CliRunner
 
 from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.durable import DurableDesk, DurableSettings
+from tether_desk.durable.flow import finish_id
 from tether_desk.money import format_cents
 from tether_desk.operations.runs_cli import runs_app
 from tether_desk.pipeline import Desk
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
-
-TETHER = [sys.executable, "-c", "from tether.cli import main; main()"]
 
 
 async def cut_under(desk: Desk, version: str, executor: str, ticket: int) -> None:
@@ -62,6 +60,14 @@ async def finish_on(desk: Desk, version: str, executor: str, ticket: int) -> Non
         )
         await resume(desk, claimed)
         await until(lambda: status(desk.db, ticket) == "draft_ready")
+        finish = finish_id(approval.run_id, approval.call_id)  # its workflow ends too
+        for _ in range(1200):
+            found = await DBOS.get_workflow_status_async(finish)
+            if found is not None and found.status == "SUCCESS":
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"{finish} did not end")
     finally:
         await runs.stop()
 
@@ -85,21 +91,8 @@ def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(desk_url: str)
     asyncio.run(cut_under(desk, "0", "old-b", retried))
 
     # 1. the new version starts and says what waits
-    worker = subprocess.Popen(
-        [*TETHER, "worker", "--id", "w-1", "--db", desk_url, "--model", "scripted"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert worker.stdout is not None
-    lines = []
-    for line in worker.stdout:
-        lines.append(line)
-        if "taking tickets" in line:
-            break
-    worker.terminate()
-    out = "".join(lines) + worker.communicate(timeout=60)[0]
-    assert worker.returncode == 0, out
+    code, out = worker_start_up("w-1", desk_url)
+    assert code == 0, out
     said = [line for line in out.splitlines() if line.startswith("upgrade:")]
     assert len(said) == 1, out
     assert "2 of version 0" in said[0] and "this is version 1" in said[0]
