@@ -78,6 +78,9 @@ class Claimed:
     state_version: int
     decision: Decision
     staff_id: int
+    legacy_wait: bool | None = None
+    """Whether the run waits for it in a workflow of the previous layout, as the claim
+    found (``None``: not looked up; the delivery looks)."""
 
 
 def claim_decision(
@@ -99,7 +102,7 @@ def claim_decision(
     after the first on the same order or ticket."""
     from tether_desk.operations.attention import refuse_undeliverable
 
-    refuse_undeliverable(desk, approval_id)  # a run no process can resume: say so
+    legacy_wait = refuse_undeliverable(desk, approval_id)  # a run no process can resume
     reason = reason.strip()[:MAX_REASON]
     now = utcnow()
     status = "approved" if approve else "denied"
@@ -137,7 +140,7 @@ def claim_decision(
         raise Conflict("Someone decided this approval first; nothing was changed.")
     why = "" if approve else (reason or DENIED)
     decision = Decision(a.call_id, a.arguments_hash, approve, why, a.run_id)
-    return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision, staff_id)
+    return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision, staff_id, legacy_wait)
 
 
 def _check_approval(c: Connection, a: Any, typed_amount: str, approve_cents: int | None) -> int:
@@ -192,7 +195,9 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
     On a durable desk the run waits on a worker: the decision is sent to it (again, for
     ``replay``: a run applies it once)."""
     if desk.runs is not None:
-        await desk.runs.deliver(claimed.decision)
+        await desk.runs.deliver(
+            claimed.decision, decided_ticket=claimed.ticket_id, legacy_wait=claimed.legacy_wait
+        )
         desk.changed(claimed.ticket_id)
         from tether_desk.pipeline import ticket_status
 

@@ -103,8 +103,17 @@ class TicketRuns(Protocol):
     async def submit_new(self) -> int:
         """Hand every new ticket not yet handed over to the workers; returns how many."""
 
-    async def deliver(self, decision: Decision) -> None:
-        """Send a staff decision to the run that waits for it, wherever it runs."""
+    async def deliver(
+        self,
+        decision: Decision,
+        *,
+        decided_ticket: int | None = None,
+        legacy_wait: bool | None = None,
+    ) -> None:
+        """Send a staff decision to the run that waits for it, wherever it runs.
+        ``decided_ticket``: the ticket of the decision's approval, which the caller knows
+        is decided (it claimed it); ``legacy_wait``: whether the run waits in a workflow
+        of the previous layout, if the caller looked (``None``: the delivery reads them)."""
 
 
 @dataclass(slots=True)

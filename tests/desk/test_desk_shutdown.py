@@ -27,7 +27,13 @@ class PoolLendingRuns:
     async def submit_new(self) -> int:
         return 0
 
-    async def deliver(self, decision: Decision) -> None:
+    async def deliver(
+        self,
+        decision: Decision,
+        *,
+        decided_ticket: int | None = None,
+        legacy_wait: bool | None = None,
+    ) -> None:
         return None
 
 

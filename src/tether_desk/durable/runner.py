@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, DBOSClient
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import make_url
 
 from tether.durable import (
@@ -38,6 +38,7 @@ from tether.durable import (
 )
 from tether.durable.codec import decisions_to_json
 from tether.durable.runtime import sqlite_engine
+from tether.durable.status import WorkflowLog
 from tether.errors import ConfigError
 from tether.outcomes import Decision
 from tether_desk.durable.boundaries import Boundary
@@ -61,6 +62,15 @@ QUEUE = "tether_desk.tickets"
 SWEEP_EVERY = 12
 """Every this many calls, :meth:`DurableDesk.submit_new` hands over every new ticket again
 (already queued ones are not queued twice), in case one committed out of id order."""
+_NEW_AFTER = (
+    select(Ticket.id, Ticket.round)
+    .where(Ticket.status == "new", (Ticket.id > bindparam("after")) | (Ticket.round > 0))
+    .order_by(Ticket.id)
+    .limit(1000)
+)
+_DECIDED = select(Approval.ticket_id, Approval.status).where(
+    Approval.run_id == bindparam("run_id"), Approval.call_id == bindparam("call_id")
+)
 
 
 def system_database_url(desk_url: str) -> str:
@@ -120,6 +130,7 @@ class DurableDesk:
         self.boundary = boundary
         self.processing = False
         self._client: DBOSClient | None = None
+        self._log: WorkflowLog | None = None
         self._engine: Any = None
         self._high_water = 0
         self._calls = 0
@@ -156,6 +167,7 @@ class DurableDesk:
             system_database_engine=self._engine,
             application_name=APP_NAME,
         )
+        self._log = WorkflowLog.of_client(self._client)
 
     def _launch(self) -> None:
         """Launch DBOS from a thread without an event loop: the workflows then run on
@@ -179,6 +191,7 @@ class DurableDesk:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
+        self._log = None
         if self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(client.destroy)
@@ -195,74 +208,89 @@ class DurableDesk:
             raise ConfigError("the durable desk is not started; call start() first")
         return self._client
 
-    async def submit(self, ticket_id: int, round_: int = 0) -> None:
-        """Queue the ticket's workflow (once: its id is the ticket's and its round's)."""
-        options: Any = {
+    @property
+    def log(self) -> WorkflowLog:
+        """Cheap reads of the workflows' status in the durable log."""
+        if self._log is None:
+            raise ConfigError("the durable desk is not started; call start() first")
+        return self._log
+
+    def _options(self, name: str, workflow_id: str) -> Any:
+        return {
             "queue_name": QUEUE,
-            "workflow_name": TICKET_WORKFLOW,
-            "workflow_id": workflow_id(ticket_id, round_),
+            "workflow_name": name,
+            "workflow_id": workflow_id,
             "app_version": self.settings.application_version,
         }
+
+    async def submit(self, ticket_id: int, round_: int = 0) -> None:
+        """Queue the ticket's workflow (once: its id is the ticket's and its round's)."""
+        options = self._options(TICKET_WORKFLOW, workflow_id(ticket_id, round_))
         await self.client.enqueue_async(options, ticket_id)
 
     async def submit_new(self) -> int:
-        """Queue every ``new`` ticket not queued yet; returns how many were handed over."""
+        """Queue every ``new`` ticket not queued yet; returns how many were handed over.
+
+        A ticket is never queued twice: its workflow's id is the ticket's and its
+        round's, and DBOS starts one workflow per id (enqueueing an id again changes
+        nothing). The tickets already in the log are left out beforehand, with one read of
+        their ids, so a sweep writes nothing for them."""
         self._calls += 1
         after = 0 if self._calls % SWEEP_EVERY == 1 else self._high_water
-        rows = await asyncio.to_thread(self._new_after, after)
+        return await asyncio.to_thread(self._submit_new_after, after)
+
+    def _submit_new_after(self, after: int) -> int:
+        rows = self._new_after(after)
         if not rows:
             return 0
         self._high_water = max(self._high_water, *(t for t, _ in rows))
-        queued = await asyncio.to_thread(
-            self.client.list_workflows,
-            workflow_ids=[workflow_id(t, r) for t, r in rows],
-            load_input=False,
-            load_output=False,
-        )
-        known = {w.workflow_id for w in queued}
+        known = self.log.existing(workflow_id(t, r) for t, r in rows)
         fresh = [(t, r) for t, r in rows if workflow_id(t, r) not in known]
         for ticket_id, round_ in fresh:
-            await self.submit(ticket_id, round_)
+            options = self._options(TICKET_WORKFLOW, workflow_id(ticket_id, round_))
+            self.client.enqueue(options, ticket_id)
         return len(fresh)
 
     def _new_after(self, after: int) -> list[tuple[int, int]]:
         """New tickets after ``after`` and every reopened one (a later round), with
         their round."""
         with self.desk.db.read_connection() as c:
-            rows = c.execute(
-                select(Ticket.id, Ticket.round)
-                .where(Ticket.status == "new", (Ticket.id > after) | (Ticket.round > 0))
-                .order_by(Ticket.id)
-                .limit(1000)
-            ).all()
+            rows = c.execute(_NEW_AFTER, {"after": after}).all()
         return [(int(t), int(r)) for t, r in rows]
 
-    async def deliver(self, decision: Decision) -> None:
+    async def deliver(
+        self,
+        decision: Decision,
+        *,
+        decided_ticket: int | None = None,
+        legacy_wait: bool | None = None,
+    ) -> None:
         """Start the workflow that applies a decision stored in its approval row (queued,
         for whichever worker takes it, even one that starts later). Its id is derived from
         the call (:func:`~tether_desk.durable.flow.finish_id`), so delivering again starts
         nothing; a decision whose approval is still pending (forged, early) starts nothing:
         the workflow applies the decision the approval row holds. A run of the previous
         layout, waiting in ``DBOS.recv``, is sent the decision instead (sending it twice
-        applies it once)."""
-        wait = wait_id(decision.run_id, decision.call_id)
-        legacy = await asyncio.to_thread(
-            self.client.list_workflows, workflow_ids=[wait], load_input=False, load_output=False
-        )
-        if legacy:
+        applies it once).
+
+        ``decided_ticket`` and ``legacy_wait`` (see
+        :meth:`~tether_desk.pipeline.TicketRuns.deliver`) spare reading again what the
+        caller's claim of the decision read: then the delivery is one write to the log."""
+        if legacy_wait is None:
+            wait = wait_id(decision.run_id, decision.call_id)
+            legacy_wait = await asyncio.to_thread(self.log.get, wait) is not None
+        if legacy_wait:
             payload = decisions_to_json([decision])
             key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+            wait = wait_id(decision.run_id, decision.call_id)
             await self.client.send_async(wait, payload, DECISIONS_TOPIC, key)
             return
-        ticket = await asyncio.to_thread(self._decided_ticket, decision)
+        ticket = decided_ticket
+        if ticket is None:
+            ticket = await asyncio.to_thread(self._decided_ticket, decision)
         if ticket is None:  # not decided (a forged or early message): nothing to apply
             return
-        options: Any = {
-            "queue_name": QUEUE,
-            "workflow_name": FINISH_WORKFLOW,
-            "workflow_id": finish_id(decision.run_id, decision.call_id),
-            "app_version": self.settings.application_version,
-        }
+        options = self._options(FINISH_WORKFLOW, finish_id(decision.run_id, decision.call_id))
         await self.client.enqueue_async(options, ticket, decision.run_id, decision.call_id)
 
     def _decided_ticket(self, decision: Decision) -> int | None:
@@ -270,9 +298,7 @@ class DurableDesk:
         what the row holds, never the message's content); ``None`` while it is pending."""
         with self.desk.db.read_connection() as c:
             found = c.execute(
-                select(Approval.ticket_id, Approval.status).where(
-                    Approval.run_id == decision.run_id, Approval.call_id == decision.call_id
-                )
+                _DECIDED, {"run_id": decision.run_id, "call_id": decision.call_id}
             ).one_or_none()
         if found is None or found.status == "pending":
             return None

@@ -16,8 +16,9 @@ import asyncio
 import time
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
+from tether.durable.status import WorkflowLog
 from tether_desk.errors import Conflict
 from tether_desk.models import Approval
 from tether_desk.operations.liveness import executors
@@ -29,6 +30,9 @@ STALE_SECONDS = 10.0
 """A page shows a list this old at most while its refresh runs (older: it waits for it)."""
 _cache: dict[int, tuple[float, list[RunRow]]] = {}
 _refreshing: dict[int, asyncio.Future[list[RunRow]]] = {}
+_RUN_AND_CALL = select(Approval.run_id, Approval.call_id).where(
+    Approval.id == bindparam("approval_id")
+)
 
 
 def durable_client(desk: Desk) -> Any | None:
@@ -104,33 +108,46 @@ def _refresh(desk: Desk) -> list[RunRow]:
         raise
 
 
-def refuse_undeliverable(desk: Desk, approval_id: int) -> None:
+def durable_log(desk: Desk) -> WorkflowLog | None:
+    """The cheap reads of the durable log's workflow status, if the desk is durable and
+    connected."""
+    log = getattr(desk.runs, "_log", None)
+    return log if isinstance(log, WorkflowLog) else None
+
+
+def refuse_undeliverable(desk: Desk, approval_id: int) -> bool | None:
     """Raise :class:`~tether_desk.errors.Conflict` if the run waiting for this decision
-    cannot receive it: failed, stopped, or logged by a version no live process runs."""
-    client = durable_client(desk)
-    if client is None:
-        return
-    with desk.db.read() as s:
-        found = s.execute(
-            select(Approval.run_id, Approval.call_id).where(Approval.id == approval_id)
-        ).one_or_none()
+    cannot receive it: failed, stopped, or logged by a version no live process runs.
+
+    Only a run of the previous layout waits in a workflow of its own (``desk-wait:``);
+    a decision on any other starts the workflow that applies it, under this version.
+    Returns whether the run waits in such a workflow, for the delivery to use (``None``:
+    not known, a plain desk or no such approval). One primary-key read of the log; the
+    full view of the run only when its wait is not plainly going on."""
+    client, log = durable_client(desk), durable_log(desk)
+    if client is None or log is None:
+        return None
+    with desk.db.read_connection() as c:
+        found = c.execute(_RUN_AND_CALL, {"approval_id": approval_id}).one_or_none()
     if found is None:
-        return
+        return None
     from tether_desk.durable import wait_id
 
-    # only a run of the previous layout waits in a workflow of its own: a decision on any
-    # other starts the workflow that applies it, under this version
+    # the previous layout logged the wait before the approval row (its first step wrote
+    # it): a wait absent now is never logged later
     wid, version = wait_id(found[0], found[1]), current_version(desk)
     try:
-        (status,) = client.list_workflows(workflow_ids=[wid], load_input=False, load_output=False)
-    except Exception:
-        return  # no wait logged for it: the decision starts its own workflow
+        status = log.get(wid)
+    except Exception:  # the log unreachable: the decision is stored, delivered later
+        return None
+    if status is None:
+        return False  # the usual case: the decision starts its own workflow
     if status.status in ("PENDING", "ENQUEUED") and status.app_version == version:
-        return  # the usual case: it waits, under this version; nothing more to read
+        return True  # it waits, under this version; nothing more to read
     try:
         row = get_run(client, desk.db, wid, version)
     except Exception:
-        return  # no wait logged for it: the decision is stored and resent later
+        return True  # gone between the two reads: sending to it is harmless
     if row.state in ("error", "cancelled"):
         raise Conflict(
             "This run stopped (" + row.words + "); a decision cannot reach it. An operator "
@@ -144,3 +161,4 @@ def refuse_undeliverable(desk: Desk, approval_id: int) -> None:
                 "process runs now; the decision could not be applied. An operator can "
                 "retry it under this version from the Runs page, then decide again."
             )
+    return True
