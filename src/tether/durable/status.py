@@ -84,8 +84,11 @@ class WorkflowLog:
         try:
             sys_db = client._sys_db
             engine, schema = sys_db.engine, sys_db.schema
+            sharded = sys_db._key_column(sys_db.tables.workflow_status) is not None
         except AttributeError as exc:
             raise _unknown_dbos(str(exc)) from exc
+        if sharded:  # a workflow's row is found by its shard key too
+            raise ConfigError("tether.durable.status cannot read a sharded DBOS log")
         return cls(engine, schema)
 
     def get(self, workflow_id: str) -> WorkflowRow | None:
