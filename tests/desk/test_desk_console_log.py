@@ -1,9 +1,12 @@
-"""A decision on a run of the previous layout, which waits for it in a workflow of its own
-(``desk-wait:RUN:CALL``), from the console's side: sent to that workflow (no finish
-workflow started), refused while that workflow is stopped or logged by a version no live
-process runs, and taken once a process of that version beats again. A run of the current
-layout gets its finish workflow, without any wait looked up twice. On SQLite and
-PostgreSQL."""
+"""The console's side of a durable desk on the log, on SQLite and PostgreSQL.
+
+A decision on a run of the previous layout, which waits for it in a workflow of its own
+(``desk-wait:RUN:CALL``): sent to that workflow (no finish workflow started), refused
+while that workflow is stopped or logged by a version no live process runs, and taken
+once a process of that version beats again. A run of the current layout gets its finish
+workflow, its wait looked up once. New tickets are handed to the queue once, sweeps
+included.
+"""
 
 from __future__ import annotations
 
@@ -21,13 +24,16 @@ from tether_desk.decisions import Claimed, claim_decision, resume
 from tether_desk.durable import (
     APPROVAL_WORKFLOW,
     FINISH_WORKFLOW,
+    TICKET_WORKFLOW,
     DurableDesk,
     DurableSettings,
     finish_id,
     wait_id,
+    workflow_id,
 )
+from tether_desk.durable.runner import SWEEP_EVERY
 from tether_desk.errors import Conflict
-from tether_desk.models import Approval
+from tether_desk.models import Approval, Ticket
 from tether_desk.money import format_cents
 from tether_desk.operations.liveness import beat
 from tether_desk.pipeline import Desk, process_ticket
@@ -142,3 +148,16 @@ async def test_a_stranded_wait_is_refused_until_its_version_runs_again(
     claimed = _decide(console, a)
     await resume(console.desk, claimed)
     assert _messages_to(console, wid) == [DECISIONS_TOPIC]
+
+
+async def test_new_tickets_are_handed_over_once_sweeps_included(console: DurableDesk) -> None:
+    db = console.desk.db
+    with db.read_connection() as c:
+        new = set(c.scalars(sa.select(Ticket.id).where(Ticket.status == "new")))
+    assert new  # the seed's
+    assert await console.submit_new() == len(new)  # the first call sweeps from the start
+    for _ in range(SWEEP_EVERY):  # one of them sweeps again
+        assert await console.submit_new() == 0
+    listed = console.client.list_workflows(name=TICKET_WORKFLOW, load_input=False)
+    assert sorted(w.workflow_id for w in listed) == sorted(workflow_id(t) for t in new)
+    assert all(w.status == "ENQUEUED" for w in listed)
