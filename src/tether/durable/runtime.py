@@ -140,6 +140,25 @@ def launch(config: DurableConfig | None = None) -> None:
     logging.getLogger("dbos").removeFilter(_QUIET)
     DBOS(config=config.dbos_config())
     DBOS.launch()
+    from tether.durable import steplog
+
+    steplog.install(_dbos_system_database())
+
+
+def _dbos_system_database() -> Any:
+    """DBOS's system database object (private: read here and nowhere else)."""
+    from dbos import _dbos
+
+    instance = _dbos._dbos_global_instance
+    try:
+        return instance._sys_db  # type: ignore[union-attr]
+    except AttributeError as exc:
+        from importlib.metadata import version
+
+        raise ConfigError(
+            f"tether.durable does not know this DBOS ({version('dbos')}): {exc}; install "
+            "the dbos version pinned in uv.lock"
+        ) from exc
 
 
 def is_launched() -> bool:
