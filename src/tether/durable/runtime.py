@@ -78,7 +78,16 @@ class DurableConfig:
             config["system_database_engine"] = _sqlite_engine(
                 self.database_url, self.sqlite_synchronous
             )
+        else:
+            config["db_engine_kwargs"] = POSTGRES_ENGINE_KWARGS
         return config
+
+
+POSTGRES_ENGINE_KWARGS: dict[str, Any] = {"pool_pre_ping": False}
+"""Over DBOS's defaults for its PostgreSQL engine: no ``SELECT 1`` before each of its
+transactions (a round trip per logged step, per poll of the queue). A connection the server
+dropped fails its next statement instead; DBOS then retries the operation on a fresh
+connection (its ``db_retry``), as it does for a connection lost mid-transaction."""
 
 
 SQLITE_POOL_SIZE = 20
