@@ -78,7 +78,16 @@ class DurableConfig:
             config["system_database_engine"] = _sqlite_engine(
                 self.database_url, self.sqlite_synchronous
             )
+        else:
+            config["db_engine_kwargs"] = POSTGRES_ENGINE_KWARGS
         return config
+
+
+POSTGRES_ENGINE_KWARGS: dict[str, Any] = {"pool_pre_ping": False}
+"""Over DBOS's defaults for its PostgreSQL engine: no ``SELECT 1`` before each of its
+transactions (a round trip per logged step, per poll of the queue). A connection the server
+dropped fails its next statement instead; DBOS then retries the operation on a fresh
+connection (its ``db_retry``), as it does for a connection lost mid-transaction."""
 
 
 SQLITE_POOL_SIZE = 20
@@ -140,6 +149,27 @@ def launch(config: DurableConfig | None = None) -> None:
     logging.getLogger("dbos").removeFilter(_QUIET)
     DBOS(config=config.dbos_config())
     DBOS.launch()
+    from tether.durable import hops, queueconfig, steplog
+
+    steplog.install(_dbos_system_database())
+    queueconfig.install(_dbos_system_database())
+    hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
+
+
+def _dbos_system_database() -> Any:
+    """DBOS's system database object (private: read here and nowhere else)."""
+    from dbos import _dbos
+
+    instance = _dbos._dbos_global_instance
+    try:
+        return instance._sys_db  # type: ignore[union-attr]
+    except AttributeError as exc:
+        from importlib.metadata import version
+
+        raise ConfigError(
+            f"tether.durable does not know this DBOS ({version('dbos')}): {exc}; install "
+            "the dbos version pinned in uv.lock"
+        ) from exc
 
 
 def is_launched() -> bool:

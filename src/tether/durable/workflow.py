@@ -126,11 +126,14 @@ class DurableAgent:
         agent = self._durable_agent()
         start = prompt if isinstance(prompt, str) else [message_from_dict(m) for m in prompt]
         result = await agent.run(start, run_id=run_id)
+        waited = False
         while result.outcome.kind == "awaiting_approval" and result.state is not None:
             await publish_pending(result.state)
+            waited = True
             decisions = await await_decisions(result.state, self.approval_timeout)
             result = await agent.resume(result.state, decisions)
-        await publish_pending(None)
+        if waited:  # a run that never waited published nothing to clear
+            await publish_pending(None)
         return codec.result_to_json(result)
 
     def _durable_agent(self) -> Agent[Any]:

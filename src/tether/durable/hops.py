@@ -1,0 +1,95 @@
+"""Fewer thread hops around an async workflow's logged operations.
+
+DBOS 3.4 runs every stage of an async step or workflow through ``asyncio.to_thread``:
+the log check before a step, the record after it, the workflow's outcome, and, for each
+``Pending.then``, a function that only returns the next stage (it does nothing at all).
+A hop costs more CPU than a quick operation itself (a thread woken, the result handed
+back through the loop's self-pipe, the GIL passed twice), and a durable desk ticket made
+13 of them.
+
+:func:`install` gives DBOS's ``dbos._outcome`` module an ``asyncio`` whose ``to_thread``
+runs in the calling thread, in a copy of the context as a thread would:
+
+- always, the stage that only returns the next one (no I/O, nothing to wait for);
+- on a SQLite log only, the step check, the step record and the workflow's outcome: a
+  local file, each a fraction of a millisecond that never waits on a network (it may wait
+  for SQLite's write lock, which other threads hold for single short transactions).
+
+Everything else (a synchronous step's body, any other function) still goes to a thread,
+and on PostgreSQL every database call does. The names are checked against the pinned
+DBOS's source in :func:`install`, which raises :class:`ConfigError`, naming the installed
+DBOS, if a release changed them (``tests/durable/test_hops.py`` says so too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tether.errors import ConfigError
+
+T = TypeVar("T")
+
+NO_OP_STAGE = "Pending.then.<locals>.<lambda>.<locals>.<lambda>"
+"""``Pending.then``'s ``lambda: next``: it returns the next stage and does nothing else."""
+
+SQLITE_LOG_STAGES = frozenset(
+    {
+        "invoke_step.<locals>.check_existing_result",
+        "invoke_step.<locals>.record_step_result",
+        "_get_wf_invoke_func.<locals>.persist",
+    }
+)
+"""The step check, the step record and the workflow's outcome: one short transaction each."""
+
+_EXPECTED_DIGEST = "668acf59adbfc49e"
+"""Digest of ``dbos._outcome.Pending`` and the functions defining the stages above (3.4.0)."""
+
+
+def _source_digest() -> str:
+    from dbos import _core, _outcome
+
+    h = hashlib.sha256()
+    for obj in (_outcome.Pending, _core.invoke_step, _core._get_wf_invoke_func):
+        h.update(inspect.getsource(obj).encode())
+    return h.hexdigest()[:16]
+
+
+class _Asyncio:
+    """``asyncio`` as DBOS's ``_outcome`` module sees it: all of it, but ``to_thread``."""
+
+    def __init__(self) -> None:
+        self.inline_log = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def to_thread(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        name = getattr(func, "__qualname__", "")
+        if name == NO_OP_STAGE or (self.inline_log and name in SQLITE_LOG_STAGES):
+            return contextvars.copy_context().run(func, *args, **kwargs)
+        return await asyncio.to_thread(func, *args, **kwargs)
+
+
+_PROXY = _Asyncio()
+
+
+def install(sqlite_log: bool) -> None:
+    """Route DBOS's stage hops through :class:`_Asyncio` (the log stages inline only with
+    ``sqlite_log``); idempotent, and a later call sets ``sqlite_log`` anew."""
+    from dbos import _outcome
+
+    current = getattr(_outcome, "asyncio", None)
+    if _source_digest() != _EXPECTED_DIGEST or current not in (asyncio, _PROXY):
+        from importlib.metadata import version
+
+        raise ConfigError(
+            f"tether.durable does not know this DBOS ({version('dbos')}): its async "
+            "stages changed; install the dbos version pinned in uv.lock"
+        )
+    _PROXY.inline_log = sqlite_log
+    setattr(_outcome, "asyncio", _PROXY)  # noqa: B010 (a private module attribute)

@@ -1,0 +1,225 @@
+"""A step's two writes to the DBOS log as SQL compiled once, not built per call.
+
+Every step DBOS runs costs two calls on its system database: ``check_operation_execution``
+(is the step in the log already?) before the body and ``record_operation_result`` (log its
+output) after it. DBOS 3.4 builds their SQLAlchemy statements anew on every call (the
+statement, its cache key, and on PostgreSQL a compilation: SQLAlchemy does not cache its
+``INSERT ... ON CONFLICT``), which was most of a logged step's CPU. :func:`install` replaces
+the two methods on the running system database by the same statements as fixed SQL text
+(the status and output reads joined into one): the same rows, the same transaction, the
+same owner check (the row stays locked until the commit), the same conflict rule (a step
+row already there with another completion time is nondeterminism), the same retries.
+
+It relies on DBOS's private methods, checked in one place: :func:`install` compares their
+source with the one this module was written against and raises :class:`ConfigError`,
+naming the installed DBOS, if a release changed any of them
+(``tests/durable/test_steplog.py`` says so too), never silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tether.errors import ConfigError
+
+_CHECKED = (
+    "check_operation_execution",
+    "_check_operation_execution_txn",
+    "record_operation_result",
+    "_record_operation_result_txn",
+    "_check_owner_txn",
+    "_now_ms_sql",
+    "_key_conflict",
+    "_key_column",
+    "_wf",
+    "_wf_values",
+    "_child_values",
+    "_own_key",
+)
+"""The SystemDatabase methods whose behaviour the replacements reproduce."""
+
+_EXPECTED_DIGEST = "c31ccd7e4dbdc71c"
+"""Digest of the methods in ``_CHECKED`` in the DBOS these replacements reproduce (3.4.0)."""
+
+
+def _source_digest() -> str:
+    from dbos._sys_db import SystemDatabase
+
+    h = hashlib.sha256()
+    for name in _CHECKED:
+        h.update(inspect.getsource(getattr(SystemDatabase, name)).encode())
+    return h.hexdigest()[:16]
+
+
+_verified: bool | None = None
+
+
+def _verify() -> None:
+    global _verified
+    if _verified is None:
+        _verified = _source_digest() == _EXPECTED_DIGEST
+    if not _verified:
+        from importlib.metadata import version
+
+        raise ConfigError(
+            f"tether.durable does not know this DBOS ({version('dbos')}): its step log "
+            "methods changed; install the dbos version pinned in uv.lock"
+        )
+
+
+def _statements(sys_db: Any) -> tuple[str, str, str]:
+    """The check, owner check and insert for this database, with ``:name`` parameters."""
+    oo = sys_db.tables.operation_outputs
+    ws = sys_db.tables.workflow_status
+    if sys_db._is_sqlite:
+        prefix = ""
+        owner = (  # a write, so that the transaction takes SQLite's write lock here
+            f"UPDATE {ws.name} SET owner_xid=owner_xid WHERE workflow_uuid=:w RETURNING owner_xid"
+        )
+        if sys.version_info >= (3, 12):
+            now = "CAST(unixepoch('subsec') * 1000 AS BIGINT)"
+        else:
+            now = "CAST(strftime('%s', 'now') * 1000 AS BIGINT)"
+    else:
+        prefix = f'"{sys_db.schema}".'
+        owner = f"SELECT owner_xid FROM {prefix}{ws.name} WHERE workflow_uuid=:w FOR NO KEY UPDATE"
+        now = "CAST(EXTRACT(epoch FROM now()) * 1000 AS BIGINT)"
+    check = (
+        f"SELECT s.status, o.function_id, o.output, o.error, o.function_name,"
+        f" o.child_workflow_id, o.serialization FROM {prefix}{ws.name} AS s"
+        f" LEFT JOIN {prefix}{oo.name} AS o"
+        f" ON o.workflow_uuid = s.workflow_uuid AND o.function_id = :f"
+        f" WHERE s.workflow_uuid = :w"
+    )
+    insert = (
+        f"INSERT INTO {prefix}{oo.name} (workflow_uuid, function_id, function_name,"
+        " started_at_epoch_ms, completed_at_epoch_ms, output, error, child_workflow_id,"
+        " serialization, application_name, retention_timestamp)"
+        " VALUES (:w, :f, :name, :started, :completed, :output, :error, :child,"
+        f" :serialization, :app, {now})"
+        " ON CONFLICT (workflow_uuid, function_id) DO UPDATE SET"
+        f" completed_at_epoch_ms = {oo.name}.completed_at_epoch_ms"
+        " RETURNING completed_at_epoch_ms"
+    )
+    if not sys_db._is_sqlite:  # psycopg's parameter style
+        check, owner, insert = (re.sub(r":(\w+)", r"%(\1)s", s) for s in (check, owner, insert))
+    return check, owner, insert
+
+
+def install(sys_db: Any) -> bool:
+    """Replace the two step methods of DBOS's running system database ``sys_db`` (a plain
+    SQLite or PostgreSQL one: a sharded database keeps DBOS's own); whether it did."""
+    from dbos._sys_db_postgres import PostgresSystemDatabase
+    from dbos._sys_db_sqlite import SQLiteSystemDatabase
+
+    if type(sys_db) not in (SQLiteSystemDatabase, PostgresSystemDatabase):
+        return False
+    _verify()
+    check_sql, owner_sql, insert_sql = _statements(sys_db)
+    sys_db.check_operation_execution = _check(sys_db, check_sql)
+    sys_db.record_operation_result = _record(sys_db, owner_sql, insert_sql)
+    return True
+
+
+def _check(sys_db: Any, sql: str) -> Callable[..., Any]:
+    from dbos._error import DBOSUnexpectedStepError, DBOSWorkflowCancelledError
+    from dbos._sys_db import WorkflowStatusString, db_retry
+
+    cancelled = WorkflowStatusString.CANCELLED.value
+
+    @db_retry(sys_db=sys_db)
+    def check_operation_execution(
+        workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
+    ) -> dict[str, Any] | None:
+        with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.begin() as c:
+            sys_db._reject_shard_key(workflow_id, None)
+            row = c.exec_driver_sql(sql, {"w": workflow_id, "f": function_id}).first()
+        assert row is not None, f"Error: Workflow {workflow_id} does not exist"
+        status, found, output, error, recorded_name, child_id, serialization = row
+        if status == cancelled:
+            raise DBOSWorkflowCancelledError(
+                f"Workflow {workflow_id} is cancelled. Aborting function."
+            )
+        if found is None:
+            return None
+        if function_name != recorded_name:
+            raise DBOSUnexpectedStepError(
+                workflow_id=workflow_id,
+                step_id=function_id,
+                expected_name=function_name,
+                recorded_name=recorded_name,
+            )
+        return {
+            "output": output,
+            "error": error,
+            "serialization": serialization,
+            "child_workflow_id": child_id,
+            "child_shard_key": None,
+        }
+
+    return check_operation_execution
+
+
+def _record(sys_db: Any, owner_sql: str, insert_sql: str) -> Callable[..., None]:
+    from dbos._context import current_owner_xid
+    from dbos._debug_trigger import DebugTriggers
+    from dbos._error import DBOSStepNondeterminismError, DBOSWorkflowConflictIDError
+    from dbos._sys_db import db_retry
+    from sqlalchemy.exc import DBAPIError
+
+    def record_operation_result(
+        result: Any,
+        *,
+        completed_at_epoch_ms: int | None = None,
+        owner_xid: str | None = None,
+        owner_key: str | None = None,
+    ) -> None:
+        completed = (
+            completed_at_epoch_ms if completed_at_epoch_ms is not None else int(time.time() * 1000)
+        )
+        workflow_id = result["workflow_uuid"]
+        error, output = result["error"], result["output"]
+        assert error is None or output is None, "Only one of error or output can be set"
+        values = {
+            "w": workflow_id,
+            "f": result["function_id"],
+            "name": result["function_name"],
+            "started": result["started_at_epoch_ms"],
+            "completed": completed,
+            "output": output,
+            "error": error,
+            "child": result["child_workflow_id"],
+            "serialization": result["serialization"],
+            "app": sys_db.app_name,
+        }
+
+        @db_retry(sys_db=sys_db)
+        def record_operation_result_retry() -> None:
+            with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.begin() as c:
+                sys_db._reject_shard_key(workflow_id, None)
+                owner = owner_xid if owner_xid is not None else current_owner_xid(workflow_id)
+                if owner is not None:
+                    current = c.exec_driver_sql(owner_sql, {"w": workflow_id}).scalar()
+                    if current != owner:
+                        raise DBOSWorkflowConflictIDError(workflow_id)
+                try:
+                    rows = c.exec_driver_sql(insert_sql, values).fetchall()
+                except DBAPIError as exc:
+                    if sys_db._is_unique_constraint_violation(exc):
+                        raise DBOSStepNondeterminismError(
+                            workflow_id, result["function_id"]
+                        ) from exc
+                    raise
+                if rows and (rows[0][0] is None or int(rows[0][0]) != completed):
+                    raise DBOSStepNondeterminismError(workflow_id, result["function_id"])
+            DebugTriggers.debug_trigger_point(DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT)
+
+        record_operation_result_retry()
+
+    return record_operation_result

@@ -1,0 +1,132 @@
+"""The step log's precompiled statements write what DBOS's own methods write, and raise
+what they raise; a DBOS whose step methods changed is refused by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from dbos import DBOS, _dbos
+from dbos._error import (
+    DBOSStepNondeterminismError,
+    DBOSUnexpectedStepError,
+    DBOSWorkflowCancelledError,
+    DBOSWorkflowConflictIDError,
+)
+from dbos._sys_db import SystemDatabase
+
+from tether.durable import DurableConfig, launch, shutdown_async, steplog
+from tether.errors import ConfigError
+
+calls: list[int] = []
+
+
+@DBOS.workflow(name="steplog.twice")
+async def twice(n: int) -> int:
+    async def add(k: int) -> int:
+        calls.append(k)
+        return k + 1
+
+    first = await DBOS.run_step_async({"name": "steplog.add"}, add, n)
+    return await DBOS.run_step_async({"name": "steplog.add"}, add, first)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    else:
+        yield request.getfixturevalue("pg_url")
+
+
+def _sys_db() -> Any:
+    return _dbos._dbos_global_instance._sys_db  # type: ignore[union-attr]
+
+
+def _step(workflow_id: str, function_id: int, **over: Any) -> dict[str, Any]:
+    return {
+        "workflow_uuid": workflow_id,
+        "function_id": function_id,
+        "function_name": "steplog.add",
+        "output": '{"n": 1}',
+        "error": None,
+        "serialization": "json",
+        "started_at_epoch_ms": 1_000,
+        "child_workflow_id": None,
+        **over,
+    }
+
+
+def _row(sys_db: Any, workflow_id: str, function_id: int) -> dict[str, Any]:
+    oo = sys_db.tables.operation_outputs
+    with sys_db.engine.begin() as c:
+        row = c.execute(
+            sa.select(oo).where(oo.c.workflow_uuid == workflow_id, oo.c.function_id == function_id)
+        ).one()
+    return dict(row._mapping)
+
+
+async def test_steps_log_and_replay_through_the_compiled_statements(log_url: str) -> None:
+    calls.clear()
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    try:
+        sys_db = _sys_db()
+        assert sys_db.check_operation_execution.__qualname__.startswith("_check.")
+        assert sys_db.record_operation_result.__qualname__.startswith("_record.")
+        handle = await DBOS.start_workflow_async(twice, 1)
+        assert await handle.get_result() == 3
+        wid = handle.get_workflow_id()
+        steps = await DBOS.list_workflow_steps_async(wid)
+        assert [s["function_name"] for s in steps] == ["steplog.add", "steplog.add"]
+        logged = sys_db.check_operation_execution(wid, steps[0]["function_id"], "steplog.add")
+        assert logged is not None and logged["error"] is None and calls == [1, 2]
+
+        # the same step written by DBOS's own method and by the compiled one: same row
+        stock = SystemDatabase.record_operation_result.__get__(sys_db)
+        stock(_step(wid, 100), completed_at_epoch_ms=5_000)
+        sys_db.record_operation_result(_step(wid, 101), completed_at_epoch_ms=5_000)
+        ours, theirs = _row(sys_db, wid, 101), _row(sys_db, wid, 100)
+        assert abs(ours.pop("retention_timestamp") - theirs.pop("retention_timestamp")) < 60_000
+        assert {**ours, "function_id": 100} == theirs
+        fresh = SystemDatabase.check_operation_execution.__get__(sys_db)
+        assert sys_db.check_operation_execution(wid, 101, "steplog.add") == fresh(
+            wid, 100, "steplog.add"
+        )
+        assert sys_db.check_operation_execution(wid, 102, "steplog.add") is None
+
+        # what DBOS raises, raised the same
+        with pytest.raises(DBOSUnexpectedStepError):
+            sys_db.check_operation_execution(wid, 101, "another.step")
+        with pytest.raises(DBOSStepNondeterminismError):  # the same step, another execution
+            sys_db.record_operation_result(_step(wid, 101), completed_at_epoch_ms=6_000)
+        sys_db.record_operation_result(_step(wid, 101), completed_at_epoch_ms=5_000)  # a retry
+        with pytest.raises(DBOSWorkflowConflictIDError):  # another execution owns the run
+            sys_db.record_operation_result(_step(wid, 103), owner_xid="someone-else")
+        with pytest.raises(AssertionError, match="does not exist"):
+            sys_db.check_operation_execution("no-such-run", 0, "steplog.add")
+        ws = sys_db.tables.workflow_status
+        with sys_db.engine.begin() as c:  # as a cancel from another process leaves it
+            c.execute(sa.update(ws).where(ws.c.workflow_uuid == wid).values(status="CANCELLED"))
+        for check in (fresh, sys_db.check_operation_execution):
+            with pytest.raises(DBOSWorkflowCancelledError):
+                check(wid, 1, "steplog.add")
+    finally:
+        await shutdown_async()
+
+
+def test_a_dbos_whose_step_methods_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    steplog._verify()  # the pinned DBOS: its methods are the ones reproduced
+    monkeypatch.setattr(steplog, "_EXPECTED_DIGEST", "0" * 16)
+    monkeypatch.setattr(steplog, "_verified", None)
+    with pytest.raises(ConfigError, match="does not know this DBOS"):
+        steplog._verify()
+
+
+def test_a_sharded_or_unknown_database_keeps_dbos_methods() -> None:
+    class Other:
+        pass
+
+    assert steplog.install(Other()) is False
