@@ -132,8 +132,8 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
     steps = await DBOS.list_workflow_steps_async(workflow_id(tid))
     assert [s["function_name"] for s in steps] == [
         "desk.triage",  # the claim, the model call and its record, then the agent's turns
-        # up to its proposal, screened: one step, reads only
-        "desk.approval",  # stored for staff; the ticket's workflow ends: nothing waits
+        # up to its proposal, screened, and the approval stored for staff, in one step;
+        # the ticket's workflow ends: nothing waits
     ]
     finished = await DBOS.list_workflow_steps_async(finish_id(approval.run_id, approval.call_id))
     # the decision started it: the refund (its idempotency key makes it once), the last
