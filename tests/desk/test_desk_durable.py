@@ -106,6 +106,13 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
     assert await until(durable.db, tid, "awaiting_approval") == "awaiting_approval"
     approval = pending_approval(durable.db, tid)
     assert approval is not None and approval.amount_cents == 1500
+    with durable.db.read_connection() as c:  # where the decision's step goes on in the trace
+        requested = c.scalar(
+            select(RunEvent.seq).where(
+                RunEvent.run_id == approval.run_id, RunEvent.kind == "approval_requested"
+            )
+        )
+    assert requested is not None and approval.context["trace_seq"] == requested
     status = await decide(durable, approval.id, staff_id(durable.db), approve=True)
     assert status == "awaiting_approval"  # the decision started the run's finish
     assert await until(durable.db, tid, "draft_ready") == "draft_ready"
