@@ -200,17 +200,6 @@ class Flow:
         self.db = desk.db
         self.boundary = boundary
         self.ticket_id = 0
-        self.inline = desk.db.engine.dialect.name == "sqlite"
-
-    async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)``, which does the desk's database work, retried on a transient
-        fault: in a thread, or, on SQLite, right here on the workflows' event loop (DBOS's
-        own, never the console's): SQLite runs in this process, one writer at a time, its
-        calls take well under a millisecond, and a thread would buy no overlap for the
-        hop it costs."""
-        if self.inline:
-            return await retry_transient(lambda: _now(fn, *args))
-        return await retry_transient(lambda: asyncio.to_thread(fn, *args))
 
     async def at(self, name: str) -> None:
         """A step boundary (see :mod:`tether_desk.durable.boundaries`)."""
@@ -232,7 +221,7 @@ class Flow:
 
     async def effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (blocking: in a thread) as the step ``desk.NAME``."""
-        return await self.step(name, self.blocking, fn, *args)
+        return await self.step(name, _blocking, fn, *args)
 
     async def record(
         self, name: str, recorder: ReplayableRecorder, fn: Callable[..., T], *args: Any
@@ -254,7 +243,7 @@ class Flow:
         """The ticket's next round if the customer wrote while this one ran
         (:func:`tether_desk.thread.follow_up`). Not a step: it does its work once however
         often it runs (a replay finds the round moved on), and its answer steers nothing."""
-        await self.blocking(follow_up, self.db, scope)
+        await retry_transient(lambda: asyncio.to_thread(follow_up, self.db, scope))
 
     # --- the ticket's workflow ----------------------------------------------------------
 
@@ -309,9 +298,9 @@ class Flow:
         for a person). Run again after a crash, the claim finds the ticket its own, the
         records write only what is not there yet, the answer finds its draft; once logged,
         no model is asked again. Until then the ticket is ``triaging``."""
-        scope_data = await self.blocking(_claim, self.desk, ticket_id)
+        scope_data = await _blocking(_claim, self.desk, ticket_id)
         if scope_data is None:
-            return {"status": await self.blocking(ticket_status, self.db, ticket_id)}
+            return {"status": await _blocking(ticket_status, self.db, ticket_id)}
         scope = TicketScope(**scope_data)
         done = await self._decided(scope, triage_run, refund_run)
         done["round"] = [scope.seen, scope.round]  # what the round read (its follow-up)
@@ -327,17 +316,17 @@ class Flow:
         )
         note_triage(recorder, result)
         recorder.hold()
-        await self.blocking(record_triage, recorder, scope, result)
+        await _blocking(record_triage, recorder, scope, result)
         self.desk.changed(ticket_id)
         if result.category == "refund":
             return await self._refund(scope, refund_run)
         if result.category == "tracking":
             await self.at("answer.before")
-            await self.blocking(_answer_tracking, self.db, scope)
+            await _blocking(_answer_tracking, self.db, scope)
             await self.at("answer.returned")
             return {"outcome": "answered"}
         await self.at("needs_human.before")
-        await self.blocking(set_status, self.db, ticket_id, "needs_human")
+        await _blocking(set_status, self.db, ticket_id, "needs_human")
         await self.at("needs_human.returned")
         return {"outcome": "needs_human"}
 
@@ -368,9 +357,9 @@ class Flow:
         the console), the run's state and its trace's place from what ``desk.approval``
         stored, the agent resumed (the refund paid under its idempotency key), then the
         draft or the next proposal."""
-        found = await self.blocking(_decision, self.db, run_id, call_id, ticket_id)
+        found = await _blocking(_decision, self.db, run_id, call_id, ticket_id)
         if found is None:  # not decided: nothing to apply (a start no decision made)
-            return {"outcome": await self.blocking(ticket_status, self.db, ticket_id)}
+            return {"outcome": await _blocking(ticket_status, self.db, ticket_id)}
         decision, approver, approval_id, seq, state, scope = found
         recorder = ReplayableRecorder(self.db, run_id, ticket_id, "refund", seq=seq, resumed=True)
         done = await self._apply(scope, recorder, state, decision, approver, approval_id)
@@ -419,7 +408,7 @@ class Flow:
         approval_id: int,
     ) -> Done:
         """The previous layout's ``desk.finish``, with the decision received."""
-        approver = await self.blocking(_decided, self.db, state.run_id, call_id)
+        approver = await _blocking(_decided, self.db, state.run_id, call_id)
         decision = next(d for d in decisions if d.call_id == call_id)
         return await self._apply(scope, recorder, state, decision, approver, approval_id)
 
@@ -477,9 +466,7 @@ class Flow:
             if result.outcome.kind != "awaiting_approval" or state is None:
                 break
             await self.at("screen.before")
-            chosen, refused, view = await self.blocking(
-                _screen_pending, self.db, scope, state.pending
-            )
+            chosen, refused, view = await _blocking(_screen_pending, self.db, scope, state.pending)
             if refused:
                 for d in refused:
                     recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
@@ -489,14 +476,14 @@ class Flow:
             await self.at("approval.requested")
             recorder.hold()
             reason = result.outcome.reason
-            stored = await self.blocking(
+            stored = await _blocking(
                 _store, self.desk, scope, recorder, state, chosen, reason, view, once
             )
             await self.at("approval.returned")
             return {"outcome": "awaiting_approval" if stored is not None else "failed"}
         await self.at("draft.before")
         recorder.hold()
-        await self.blocking(_finish_run, self.db, scope, recorder, result)
+        await _blocking(_finish_run, self.db, scope, recorder, result)
         await self.at("draft.returned")
         completed = result.outcome.completed and result.output.strip()
         return {"outcome": "draft_ready" if completed else "failed"}
@@ -528,8 +515,9 @@ class Flow:
 # --- step bodies (blocking; each runs in a thread) ---------------------------------------
 
 
-async def _now(fn: Callable[..., T], *args: Any) -> T:
-    return fn(*args)
+async def _blocking(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread, retried on a transient database fault."""
+    return await retry_transient(lambda: asyncio.to_thread(fn, *args))
 
 
 def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
