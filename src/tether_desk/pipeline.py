@@ -142,7 +142,12 @@ def new_run_id() -> str:
 def load_scope(db: Database, ticket_id: int) -> TicketScope:
     """The ticket's scope: its order from the account, its text."""
     with db.read_connection() as s:
-        rows = s.execute(_SCOPE, {"ticket_id_": ticket_id}).all()
+        return scope_in(s, ticket_id)
+
+
+def scope_in(connection: Connection, ticket_id: int) -> TicketScope:
+    """:func:`load_scope` in a transaction already open."""
+    rows = connection.execute(_SCOPE, {"ticket_id_": ticket_id}).all()
     if not rows:
         raise NotFound(f"There is no ticket {ticket_id}.")
     messages = newest_within_cap([r[7:] for r in rows if r[7] is not None])

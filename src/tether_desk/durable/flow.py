@@ -70,6 +70,7 @@ from tether_desk.pipeline import (
     load_scope,
     note_triage,
     record_triage,
+    scope_in,
     set_status,
     start_triage,
     store_approval,
@@ -527,7 +528,7 @@ def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
         done = c.execute(_CLAIM, {"ticket_id_": ticket_id, "updated_at": utcnow()})
     if not done.rowcount:
         return None
-    return asdict(load_scope(desk.db, ticket_id))
+    return asdict(load_scope(desk.db, ticket_id))  # read once the write lock is let go
 
 
 def _store(
@@ -585,6 +586,7 @@ def _decision(
                 if data.get("approval") == a.id
             )
         state = db.state_store().load_in(c, run_id)
+        scope = scope_in(c, ticket_id)
     if state is None or state.version != a.state_version:
         raise StateError(f"the stored state of run {run_id} is gone or newer than its approval")
     approved = a.status == "approved"
@@ -592,7 +594,7 @@ def _decision(
     decision = Decision(call_id, a.arguments_hash, approved, reason, run_id)
     approver = int(a.decided_by) if a.decided_by is not None else None
     seen = context.get("seen")
-    scope = replace(load_scope(db, ticket_id), seen=seen if isinstance(seen, int) else None)
+    scope = replace(scope, seen=seen if isinstance(seen, int) else None)
     return decision, approver, int(a.id), seq, state, scope
 
 
