@@ -151,7 +151,12 @@ def new_run_id() -> str:
 def load_scope(db: Database, ticket_id: int) -> TicketScope:
     """The ticket's scope: its order from the account, its text."""
     with db.read_connection() as s:
-        rows = s.execute(_SCOPE, {"ticket_id_": ticket_id}).all()
+        return scope_in(s, ticket_id)
+
+
+def scope_in(connection: Connection, ticket_id: int) -> TicketScope:
+    """:func:`load_scope` in a transaction already open."""
+    rows = connection.execute(_SCOPE, {"ticket_id_": ticket_id}).all()
     if not rows:
         raise NotFound(f"There is no ticket {ticket_id}.")
     messages = newest_within_cap([r[7:] for r in rows if r[7] is not None])
@@ -334,6 +339,7 @@ def store_approval(
     *,
     view: OrderView | None = None,
     once: bool = False,
+    context: dict[str, Any] | None = None,
 ) -> int | None:
     """Store in one transaction the run's ``state``, the approval of its pending call
     ``p``, the ticket awaiting it, and the trace with the run's outcome (``reason``,
@@ -341,11 +347,14 @@ def store_approval(
     already waits for the ticket (the ticket failed) or staff answered the ticket meanwhile
     (nothing is stored: the agent never moves a ticket out of ``answered``). ``view``: the
     order as screened (default: read now); ``once``: keep an approval already stored for
-    this run's call (a durable step run again) instead of storing a second one."""
+    this run's call (a durable step run again) instead of storing a second one;
+    ``context``: more of the approval's context (kept with the row)."""
     if view is None:
         with desk.db.read_connection() as c:
             view = order_view(c, scope.order_id)
     values = approval_values(desk, scope, state, p, view)
+    if context:
+        values["context"] = {**values["context"], **context}
     states = desk.db.state_store()
     stored: list[int] = []
 

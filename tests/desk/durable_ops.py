@@ -46,14 +46,28 @@ def log_path(desk: Desk) -> Path:
 
 
 async def stuck_in_triage(desk: Desk, version: str = "1") -> int:
-    """A refund ticket whose workflow (of ``version``) stopped (DBOS shut down) half way:
-    its first step (the claim, the triage and its record, the agent's turns to its
-    proposal) logged, the ticket still ``triaging``, the approval not stored."""
+    """A refund ticket whose workflow (of ``version``) stopped (DBOS shut down) half way
+    through its step (the claim, the triage and its record, the agent's turns to its
+    proposal done, the approval not stored): the ticket still ``triaging``."""
     ticket = ticket_id_by_order(desk.db, "C-2210")
     runs = durable(desk, version=version, block_at="approval.requested")
     await runs.start()
     await runs.submit(ticket)
     await until(lambda: status(desk.db, ticket) == "triaging")
+    await asyncio.sleep(0.3)
+    await runs.stop()
+    return ticket
+
+
+async def stopped_after_its_step(desk: Desk, version: str = "1") -> int:
+    """A refund ticket whose workflow (of ``version``) stopped (DBOS shut down) after its
+    step (the claim, the triage, the agent's turns to its proposal, the approval stored)
+    was logged, before the workflow returned: the ticket awaits its approval."""
+    ticket = ticket_id_by_order(desk.db, "C-2210")
+    runs = durable(desk, version=version, block_at="ticket.done")
+    await runs.start()
+    await runs.submit(ticket)
+    await until(lambda: status(desk.db, ticket) == "awaiting_approval")
     await asyncio.sleep(0.3)
     await runs.stop()
     return ticket

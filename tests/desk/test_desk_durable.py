@@ -7,21 +7,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from dbos import DBOS
 from helpers import pending_approval, refunds_by_order, staff_id
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from tether.clients import BaseChatClient, ChatOptions, ChatResponse
 from tether.messages import Message
-from tether.outcomes import Decision
+from tether.outcomes import Decision, RunResult
 from tether.tools import ToolSpec
+from tether_desk.agent import TicketScope
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, decide, expire_due, recover_decided, resume
 from tether_desk.durable import DurableDesk, DurableSettings, finish_id, workflow_id
+from tether_desk.durable.flow import Flow
+from tether_desk.durable.recorder import ReplayableRecorder
 from tether_desk.models import Approval, Customer, Order, Refund, Run, RunEvent, Ticket
 from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.scripted import DeskScriptedModel
@@ -106,6 +110,13 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
     assert await until(durable.db, tid, "awaiting_approval") == "awaiting_approval"
     approval = pending_approval(durable.db, tid)
     assert approval is not None and approval.amount_cents == 1500
+    with durable.db.read_connection() as c:  # where the decision's step goes on in the trace
+        requested = c.scalar(
+            select(RunEvent.seq).where(
+                RunEvent.run_id == approval.run_id, RunEvent.kind == "approval_requested"
+            )
+        )
+    assert requested is not None and approval.context["trace_seq"] == requested
     status = await decide(durable, approval.id, staff_id(durable.db), approve=True)
     assert status == "awaiting_approval"  # the decision started the run's finish
     assert await until(durable.db, tid, "draft_ready") == "draft_ready"
@@ -132,8 +143,8 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
     steps = await DBOS.list_workflow_steps_async(workflow_id(tid))
     assert [s["function_name"] for s in steps] == [
         "desk.triage",  # the claim, the model call and its record, then the agent's turns
-        # up to its proposal, screened: one step, reads only
-        "desk.approval",  # stored for staff; the ticket's workflow ends: nothing waits
+        # up to its proposal, screened, and the approval stored for staff, in one step;
+        # the ticket's workflow ends: nothing waits
     ]
     finished = await DBOS.list_workflow_steps_async(finish_id(approval.run_id, approval.call_id))
     # the decision started it: the refund (its idempotency key makes it once), the last
@@ -245,3 +256,62 @@ async def test_a_triage_that_breaks_hands_the_ticket_to_a_person(durable: Desk) 
         durable.triage_client = None
     workflows = await DBOS.list_workflows_async(workflow_ids=[workflow_id(tid)])
     assert [w.status for w in workflows] == ["SUCCESS"]  # the workflow ended, not errored
+
+
+async def test_a_ticket_logged_by_the_previous_layout_stores_its_approval_in_its_own_step(
+    durable: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ticket's step logged before the approval moved into it returned the call to put
+    to staff: the workflow stores it as ``desk.approval``, and its finish, with no trace
+    number in the approval's context, finds its place in the trace."""
+
+    async def previous(
+        flow: Flow,
+        scope: TicketScope,
+        recorder: ReplayableRecorder,
+        agent: object,
+        result: RunResult,
+        *,
+        once: bool = False,
+    ) -> dict:
+        state = result.state
+        assert state is not None and result.outcome.kind == "awaiting_approval"
+        recorder.hold()
+        await asyncio.to_thread(recorder.flush)
+        waiting = {
+            "scope": asdict(scope),
+            "state": state.to_json(),
+            "run_id": state.run_id,
+            "call_id": state.pending[0].call_id,
+            "seq": recorder.seq,
+            "reason": result.outcome.reason,
+        }
+        return {"waiting": waiting}  # fmt: skip
+
+    body = "Colis abime, je demande 6 EUR."
+    assert durable.runs is not None
+    with monkeypatch.context() as patched:
+        patched.setattr(Flow, "_settle", previous)
+        old = add_ticket(durable.db, body)
+        await durable.runs.submit_new()
+        await until(durable.db, old, "awaiting_approval")
+    steps = await DBOS.list_workflow_steps_async(workflow_id(old))
+    assert [s["function_name"] for s in steps] == ["desk.triage", "desk.approval"]
+    approval = pending_approval(durable.db, old)
+    assert approval is not None
+    with durable.db.write_connection() as c:  # as the previous code stored it
+        context = {k: v for k, v in approval.context.items() if k != "trace_seq"}
+        c.execute(update(Approval).where(Approval.id == approval.id).values(context=context))
+    await decide(durable, approval.id, staff_id(durable.db), approve=True)
+    assert await until(durable.db, old, "draft_ready") == "draft_ready"
+
+    new = add_ticket(durable.db, body)
+    await durable.runs.submit_new()
+    await until(durable.db, new, "awaiting_approval")
+    waiting = pending_approval(durable.db, new)
+    assert waiting is not None
+    await decide(durable, waiting.id, staff_id(durable.db), approve=True)
+    assert await until(durable.db, new, "draft_ready") == "draft_ready"
+    assert [(k, sorted(e)) for k, e in trace(durable.db, old)] == [
+        (k, sorted(e)) for k, e in trace(durable.db, new)
+    ]

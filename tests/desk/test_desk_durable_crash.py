@@ -3,10 +3,10 @@ ticket's flow, on SQLite and on PostgreSQL (``durable_harness``).
 
 The boundaries: before and after each step of a ticket (``desk.triage``: the claim, the
 model call and its record, then the answer, the hand-off to a person, or the refund
-agent's turns up to its proposal and the desk's screening; ``desk.approval``: the
-approval stored; ``desk.finish``: the decision read, the refund, the last model call,
-the draft) and every point inside them
-(each model call, the tools, the screening, the draft), while the refund waits (the
+agent's turns up to its proposal, the desk's screening and the approval stored;
+``desk.finish``: the decision read, the refund, the last model call, the draft) and
+every point inside them
+(each model call, the tools, the screening, the approval, the draft), while the refund waits (the
 decision then comes from the web console's side while no worker is alive), after the
 decision is received, and after each workflow's last step. "After step X is logged" is
 not listed apart: it is "before" the next step, with nothing durable in between.
@@ -58,7 +58,7 @@ REFUND_POINTS = [
     "ticket.done",
     "finish.done",
 ]
-BETWEEN = {"approval.requested", "approval.received", "ticket.done", "finish.done"}
+BETWEEN = {"approval.received", "ticket.done", "finish.done"}
 """The boundaries between two steps; every other one is inside the step its workflow runs
 at that moment."""
 
@@ -200,9 +200,10 @@ def check_steps_ran_once(url: str, crash: Crash, log: Path) -> None:
     for (ticket, wid, name), n in seen.items():
         point = crash.points[ticket]
         if name == point:
-            if crash.kinds[ticket] in ("tracking", "other") and point.endswith(".returned"):
+            if ended_in_step(crash.kinds[ticket], point) and point != "triage.returned":
                 # the ending was written before the kill: run again, the step's claim
-                # finds the ticket answered (or with a person) and does nothing more
+                # finds the ticket answered (with a person, awaiting its approval) and
+                # does nothing more
                 assert n == 1 and seen[(ticket, wid, "triage.before")] == 2, (ticket, name)
                 continue
             assert n == 2, (ticket, name, n)  # the kill, and the replay past it
@@ -216,13 +217,23 @@ def check_steps_ran_once(url: str, crash: Crash, log: Path) -> None:
             and (wid, step_at.get((ticket, wid, name))) == cut
             and first[(ticket, wid, name)] < crash.killed_at
         )
-        if redone and crash.kinds[ticket] in ("tracking", "other") and n == 1:
+        if redone and ended_in_step(crash.kinds[ticket], point) and n == 1:
             # the ending was written before the kill: run again, the step's claim finds
-            # the ticket answered (or with a person) and does nothing more
+            # the ticket answered (with a person, awaiting its approval) and does nothing
+            # more
             assert name != "triage.before", (point, name)  # the step did run again
             continue
         assert n == (2 if redone else 1), (point, name, n)  # the killed step's work, again
     assert len(seen) > len(crash.points) * 3
+
+
+def ended_in_step(kind: str, point: str) -> bool:
+    """Whether a kill at ``point`` came after the ticket's step wrote its ending (the
+    answer, the hand-off to a person, the approval stored): ``desk.triage`` run again
+    then finds the ticket moved on at its claim."""
+    if kind in ("tracking", "other"):
+        return point.endswith(".returned")
+    return point in ("approval.returned", "triage.returned")
 
 
 def names(rows: list[dict[str, object]]) -> list[str]:
@@ -232,6 +243,6 @@ def names(rows: list[dict[str, object]]) -> list[str]:
 def current_step(workflow: str, boundary: str) -> str:
     """The step of ``workflow`` that a boundary inside a step belongs to."""
     step, _, _ = boundary.partition(".")
-    if step in ("triage", "approval", "finish"):
+    if step in ("triage", "finish"):
         return step
     return "triage" if workflow.startswith("desk-ticket-") else "finish"

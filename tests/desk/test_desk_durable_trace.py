@@ -109,3 +109,35 @@ def test_a_step_replayed_from_the_log_moves_the_trace_on_past_what_it_wrote(
 def test_a_replayable_trace_never_reads_its_number_from_the_database(db: Database) -> None:
     with pytest.raises(ConfigError):
         ReplayableRecorder(db, "run-c", 1, "refund").start(resumed=True)
+
+
+def test_a_run_resumed_after_its_approval_shows_running_from_its_first_write(
+    any_db: Database,
+) -> None:
+    """The decision's step marks the run running again with its first write that does not
+    end it (a slow model: the live view), and not at all when its first write is the end."""
+    waiting = ReplayableRecorder(any_db, "run-d", 1, "refund")
+    waiting.start()
+    waiting.note("approval_requested", {})
+    waiting.finish("awaiting_approval", "", Usage())
+    assert trace(any_db, "run-d")[1] == ("awaiting_approval", 0)
+
+    quick = ReplayableRecorder(any_db, "run-d", 1, "refund", seq=1, resumed=True)
+    quick.note("decision", {})
+    quick.finish("awaiting_approval", "", Usage(requests=1))  # its only write: its end
+    assert trace(any_db, "run-d") == (
+        [(1, "approval_requested"), (2, "decision")],
+        ("awaiting_approval", 1),
+    )
+
+    slow = ReplayableRecorder(any_db, "run-d", 1, "refund", seq=2, resumed=True)
+    slow.note("model_request", {})
+    slow.flush()  # the model takes its time: the run shows as running
+    assert trace(any_db, "run-d")[1] == ("running", 1)
+    slow.note("model_response", {})
+    slow.flush()
+    slow.finish("completed", "", Usage(requests=2))
+    assert trace(any_db, "run-d") == (
+        [(1, "approval_requested"), (2, "decision"), (3, "model_request"), (4, "model_response")],
+        ("completed", 2),
+    )

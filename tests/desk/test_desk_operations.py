@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from durable_ops import durable, log_path, status, stuck_in_triage, until
+from durable_ops import durable, log_path, status, stopped_after_its_step, stuck_in_triage, until
 from helpers import pending_approval, refunds_by_order, staff_id
+from sqlalchemy import select
 
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.durable import DurableDesk, DurableSettings, workflow_id
+from tether_desk.models import Approval
 from tether_desk.operations.liveness import beat
 from tether_desk.operations.runs import attention_by_ticket, fail, list_runs, recover, retry
 from tether_desk.pipeline import Desk
@@ -37,7 +39,7 @@ def desk(tmp_path: Path) -> Iterator[Desk]:
 async def test_a_step_changed_without_a_version_bump_needs_attention_and_retries(
     desk: Desk,
 ) -> None:
-    ticket = await stuck_in_triage(desk)
+    ticket = await stopped_after_its_step(desk)
     with sqlite3.connect(log_path(desk)) as c:  # the deployed code names step 1 otherwise
         c.execute(
             "UPDATE operation_outputs SET function_name = 'desk.claim_v0' "
@@ -57,11 +59,13 @@ async def test_a_step_changed_without_a_version_bump_needs_attention_and_retries
         row = attention_by_ticket(rows)[ticket]
         assert row.workflow_id == workflow_id(ticket) and row.needs_attention
         assert "was recorded when" in row.error and "retry" in row.action
-        assert status(desk.db, ticket) == "triaging"  # what staff saw forever before
         said = await asyncio.to_thread(retry, runs.client, desk.db, row.workflow_id, "1")
         assert "re-run from step 1" in said
-        await until(lambda: status(desk.db, ticket) == "awaiting_approval")
-        assert not attention_by_ticket(list_runs(runs.client, desk.db, "1"))
+        await until(lambda: not list_runs(runs.client, desk.db, "1"))  # the run ended
+        assert status(desk.db, ticket) == "awaiting_approval"  # its step stored nothing twice
+        with desk.db.read_connection() as c:
+            stored = c.scalars(select(Approval.status).where(Approval.ticket_id == ticket))
+            assert list(stored) == ["pending"]
     finally:
         await runs.stop()
 

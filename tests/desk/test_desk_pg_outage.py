@@ -27,7 +27,7 @@ from tether_desk.pipeline import Desk
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
 
-STOP_AT = "approval.before"
+STOP_AT = "approval.requested"
 """Inside the step that stores the refund's approval row, before its write."""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from durable_ops import stuck_in_triage, worker_start_up
+from durable_ops import stopped_after_its_step, worker_start_up
 from typer.testing import CliRunner
 
 from tether_desk.db import Database, sqlite_url
@@ -22,7 +22,7 @@ def test_runs_of_a_gone_worker_are_named_at_start_and_by_tether_runs(tmp_path: P
     db = Database(sqlite_url(path))
     db.migrate()
     seed(db)
-    ticket = asyncio.run(stuck_in_triage(Desk(db, DeskScriptedModel())))  # "local" is gone
+    ticket = asyncio.run(stopped_after_its_step(Desk(db, DeskScriptedModel())))  # "local" gone
     wid = workflow_id(ticket)
 
     listed = CliRunner().invoke(runs_app, ["list", "--db", str(path)])

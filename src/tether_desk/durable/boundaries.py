@@ -9,16 +9,18 @@ work (``X.before``) and after it, before DBOS logs the step (``X.returned``):
 * ``model.before:N`` / ``model.returned:N``: the refund agent's model call of turn N;
 * ``tool.before:N:NAME`` / ``tool.returned:N:NAME``: a tool call (``propose_refund``
   commits the refund in the ledger);
-* ``approval``: the approval row stored;
+* ``screen.before``: the desk's screening of a proposal;
+* ``approval.requested`` / ``approval.returned``: before and after the approval row,
+  the run's state, the ticket's status and the trace are stored (one transaction), inside
+  the step that screened the proposal;
 * ``draft``: the draft and the ticket's status written; ``answer``, ``needs_human``,
   ``failed``: the other endings.
 
-And between steps: ``approval.requested`` (before storing the approval),
-``ticket.done`` (the ticket's last step is logged, its workflow has not returned; for a
-refund, the approval is stored and nothing waits for it), ``approval.received`` (the
-decision's workflow started, the run not yet resumed) and ``finish.done`` (its last step
-logged). "After step X is logged" is the next step's ``before``: nothing durable happens
-between.
+And between steps: ``ticket.done`` (the ticket's last step is logged, its workflow has
+not returned; for a refund, the approval is stored and nothing waits for it),
+``approval.received`` (the decision's workflow started, the run not yet resumed) and
+``finish.done`` (its last step logged). "After step X is logged" is the next step's
+``before``: nothing durable happens between.
 """
 
 from __future__ import annotations

@@ -13,21 +13,24 @@ answer finds its draft. Once logged, the step returns its result without running
 model is asked again). Until then the ticket is ``triaging``: a run cut there shows so.
 
 A refund that needs a person holds no workflow while it waits (a night, maybe): the
-ticket's workflow stores, in the step ``desk.approval`` and one transaction, what the
-plain pipeline stores (:func:`tether_desk.pipeline.store_approval`): the run's state, the
-approval row, the ticket awaiting it and the trace; then it ends. The web console claims
-the decision in the approval row and queues ``tether_desk.finish`` under an id derived
-from the run and the call (:func:`finish_id`; :meth:`DurableDesk.deliver`), even while no
-worker runs. That workflow's one step, ``desk.finish``, reads the decision from the row
-(never from a message), the run's state and the trace's place, resumes the agent (the
-refund runs under its call's idempotency key, so a step run again after a crash finds
-its refund in the ledger instead of paying twice) and writes the draft with the run's
-outcome (or stores the next proposal with a ``desk.approval`` of its own).
+same step stores, in one transaction, what the plain pipeline stores
+(:func:`tether_desk.pipeline.store_approval`): the run's state, the approval row, the
+ticket awaiting it and the trace; then the ticket's workflow ends. Run again after a crash
+once that is stored, the step's claim finds the ticket moved on and does nothing more.
+The web console claims the decision in the approval row and queues
+``tether_desk.finish`` under an id derived from the run and the call (:func:`finish_id`;
+:meth:`DurableDesk.deliver`), even while no worker runs. That workflow's one step,
+``desk.finish``, reads the decision from the row (never from a message), the run's state
+and the trace's place (kept in the approval's context), resumes the agent (the refund
+runs under its call's idempotency key, so a step run again after a crash finds its refund
+in the ledger instead of paying twice) and writes the draft with the run's outcome (or
+stores the next proposal, unless an execution cut before its log entry stored it).
 
-A refund ticket is so 3 logged operations: ``desk.triage`` and ``desk.approval`` in the
-ticket's workflow, ``desk.finish`` in the decision's (see
-docs/durable.md, "The desk's steps"). ``tether_desk.approval`` (a wait in ``DBOS.recv``)
-stays registered for the runs of the previous layout.
+A refund ticket is so 2 logged operations: ``desk.triage`` in the ticket's workflow,
+``desk.finish`` in the decision's (see docs/durable.md, "The desk's steps"). A step
+logged by the previous layout, which returned the call to put to staff, is followed by
+``desk.approval``; ``tether_desk.approval`` (a wait in ``DBOS.recv``) stays registered
+for the runs of the layout before.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from tether_desk.durable.boundaries import Boundary, BoundaryClient, BoundaryToo
 from tether_desk.durable.recorder import ReplayableRecorder
 from tether_desk.models import Approval, Run, RunEvent, Ticket
 from tether_desk.operations.transient import is_transient, retry_transient
+from tether_desk.orders import OrderView
 from tether_desk.pipeline import (
     MAX_SETTLE_ROUNDS,
     Desk,
@@ -66,6 +70,7 @@ from tether_desk.pipeline import (
     load_scope,
     note_triage,
     record_triage,
+    scope_in,
     set_status,
     start_triage,
     store_approval,
@@ -118,6 +123,8 @@ _REQUESTED = (
     .order_by(RunEvent.seq)
 )
 EXPIRED = "the approval expired"
+TRACE_SEQ = "trace_seq"
+"""The key, in an approval's context, of the number of the trace's event that notes it."""
 _RUNNING = update(Run).where(Run.id == bindparam("run_id_")).values(status="running")
 
 
@@ -351,12 +358,11 @@ class Flow:
         the console), the run's state and its trace's place from what ``desk.approval``
         stored, the agent resumed (the refund paid under its idempotency key), then the
         draft or the next proposal."""
-        found = await _blocking(_decision, self.db, run_id, call_id)
+        found = await _blocking(_decision, self.db, run_id, call_id, ticket_id)
         if found is None:  # not decided: nothing to apply (a start no decision made)
             return {"outcome": await _blocking(ticket_status, self.db, ticket_id)}
-        decision, approver, approval_id, seq, state, seen = found
-        scope = replace(await _blocking(load_scope, self.db, ticket_id), seen=seen)
-        recorder = ReplayableRecorder(self.db, run_id, ticket_id, "refund", seq=seq)
+        decision, approver, approval_id, seq, state, scope = found
+        recorder = ReplayableRecorder(self.db, run_id, ticket_id, "refund", seq=seq, resumed=True)
         done = await self._apply(scope, recorder, state, decision, approver, approval_id)
         done["round"] = [scope.seen, scope.round]  # what the proposal's round had read
         return done
@@ -430,7 +436,7 @@ class Flow:
         assert agent.deps is not None
         deps = replace(agent.deps, approved_by=approver if decision.approved else None)
         result = await agent.resume(state, [decision], deps=deps)
-        return await self._settle(scope, recorder, agent, result)
+        return await self._settle(scope, recorder, agent, result, once=True)
 
     # --- shared by both -----------------------------------------------------------------
 
@@ -447,33 +453,35 @@ class Flow:
         recorder: ReplayableRecorder,
         agent: Agent[AgentDeps],
         result: RunResult,
+        *,
+        once: bool = False,
     ) -> Done:
         """Inside a step: refuse in code what no person should be asked (resuming the run
-        with the refusals), then return the call that needs a person (for a waiting
-        workflow of its own), or write the draft with the run's outcome."""
+        with the refusals), then store the approval of the call that needs a person (the
+        run's state, the approval row, the ticket awaiting it and the trace, in one
+        transaction: :func:`_store`), or write the draft with the run's outcome. ``once``:
+        keep an approval an earlier execution of the step stored (the decision's step;
+        the ticket's step needs no look, its claim stops a replay before this)."""
         for _ in range(MAX_SETTLE_ROUNDS):
             state = result.state
             if result.outcome.kind != "awaiting_approval" or state is None:
                 break
             await self.at("screen.before")
-            chosen, refused, _ = await _blocking(_screen_pending, self.db, scope, state.pending)
+            chosen, refused, view = await _blocking(_screen_pending, self.db, scope, state.pending)
             if refused:
                 for d in refused:
                     recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
                 result = await agent.resume(state, refused)
                 continue
             assert chosen is not None
+            await self.at("approval.requested")
             recorder.hold()
-            await _blocking(recorder.flush)
-            waiting = {
-                "scope": asdict(scope),
-                "state": state.to_json(),
-                "run_id": state.run_id,
-                "call_id": chosen.call_id,
-                "seq": recorder.seq,
-                "reason": result.outcome.reason,
-            }
-            return {"waiting": waiting}
+            reason = result.outcome.reason
+            stored = await _blocking(
+                _store, self.desk, scope, recorder, state, chosen, reason, view, once
+            )
+            await self.at("approval.returned")
+            return {"outcome": "awaiting_approval" if stored is not None else "failed"}
         await self.at("draft.before")
         recorder.hold()
         await _blocking(_finish_run, self.db, scope, recorder, result)
@@ -482,9 +490,10 @@ class Flow:
         return {"outcome": "draft_ready" if completed else "failed"}
 
     async def _hand_over(self, done: Done) -> str:
-        """Store the approval of the call a step returned, as the step ``desk.approval`` of
-        this workflow, which then ends: staff's decision starts the workflow that finishes
-        the run (:func:`finish_id`). Returns the ticket's status."""
+        """The ticket's status a step returned; or, for a step logged by the previous
+        layout (which returned the call to put to staff), its approval stored as the step
+        ``desk.approval`` of this workflow, which then ends: staff's decision starts the
+        workflow that finishes the run (:func:`finish_id`)."""
         if "waiting" not in done:
             outcome: str = done["outcome"]
             return outcome
@@ -496,8 +505,9 @@ class Flow:
             self.db, state.run_id, scope.ticket_id, "refund", seq=waiting["seq"]
         )
         await self.at("approval.requested")
+        reason = waiting["reason"]
         stored = await self.effect(
-            "approval", _store_once, self.desk, scope, recorder, state, p, waiting["reason"]
+            "approval", _store, self.desk, scope, recorder, state, p, reason, None, True
         )
         self.desk.changed(scope.ticket_id)
         return "awaiting_approval" if stored is not None else "failed"
@@ -518,53 +528,74 @@ def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
         done = c.execute(_CLAIM, {"ticket_id_": ticket_id, "updated_at": utcnow()})
     if not done.rowcount:
         return None
-    return asdict(load_scope(desk.db, ticket_id))
+    return asdict(load_scope(desk.db, ticket_id))  # read once the write lock is let go
 
 
-def _store_once(
+def _store(
     desk: Desk,
     scope: TicketScope,
     recorder: ReplayableRecorder,
     state: RunState,
     p: PendingApproval,
     reason: str,
+    view: OrderView | None,
+    once: bool,
 ) -> int | None:
-    """:func:`~tether_desk.pipeline.store_approval`, unless an execution of this step cut
-    before its log entry stored it: then all it wrote is there (one transaction), and a
-    decision may already have moved the ticket on, so nothing is written again."""
-    with desk.db.read_connection() as c:
-        found = approval_of_call(c, state.run_id, p.call_id)
-    if found is not None:
-        return found
-    return store_approval(desk, scope, recorder, state, p, reason, state.usage, once=True)
+    """:func:`~tether_desk.pipeline.store_approval` with the order as screened (``view``;
+    ``None``: read now). The approval's context keeps the number of the trace's event that
+    notes it (where the decision's step carries the trace on). ``once``: unless an
+    execution of this step cut before its log entry stored it: then all it wrote is there
+    (one transaction), and a decision may already have moved the ticket on, so nothing is
+    written again."""
+    if once:
+        with desk.db.read_connection() as c:
+            found = approval_of_call(c, state.run_id, p.call_id)
+        if found is not None:
+            return found
+    return store_approval(
+        desk,
+        scope,
+        recorder,
+        state,
+        p,
+        reason,
+        state.usage,
+        view=view,
+        once=once,
+        context={TRACE_SEQ: recorder.seq + 1},  # note_approval's event, next in the trace
+    )
 
 
 def _decision(
-    db: Database, run_id: str, call_id: str
-) -> tuple[Decision, int | None, int, int, RunState, int | None] | None:
+    db: Database, run_id: str, call_id: str, ticket_id: int
+) -> tuple[Decision, int | None, int, int, RunState, TicketScope] | None:
     """The decision on ``call_id`` as its approval row holds it (``None`` while it is
     pending), who took it, the approval's id, the trace's number of the event that
-    noted it (the run's trace goes on after it), the run's stored state, and the newest
-    customer message the proposal's round had read; the run is marked running again."""
-    with db.write_connection() as c:
+    noted it (the run's trace goes on after it), the run's stored state, and the ticket's
+    scope with the newest customer message the proposal's round had read."""
+    with db.read_connection() as c:
         a = c.execute(_APPROVAL, {"run_id_": run_id, "call_id_": call_id}).one_or_none()
         if a is None or a.status == "pending":
             return None
-        seq = next(
-            int(n)
-            for n, data in c.execute(_REQUESTED, {"run_id_": run_id})
-            if data.get("approval") == a.id
-        )
+        context = a.context if isinstance(a.context, dict) else {}
+        seq = context.get(TRACE_SEQ)
+        if not isinstance(seq, int):  # stored before the approval kept its event's number
+            seq = next(
+                int(n)
+                for n, data in c.execute(_REQUESTED, {"run_id_": run_id})
+                if data.get("approval") == a.id
+            )
         state = db.state_store().load_in(c, run_id)
-        c.execute(_RUNNING, {"run_id_": run_id})
+        scope = scope_in(c, ticket_id)
     if state is None or state.version != a.state_version:
         raise StateError(f"the stored state of run {run_id} is gone or newer than its approval")
     approved = a.status == "approved"
     reason = "" if approved else EXPIRED if a.status == "expired" else (a.reason or DENIED)
     decision = Decision(call_id, a.arguments_hash, approved, reason, run_id)
     approver = int(a.decided_by) if a.decided_by is not None else None
-    seen = a.context.get("seen") if isinstance(a.context, dict) else None
-    return decision, approver, int(a.id), seq, state, seen if isinstance(seen, int) else None
+    seen = context.get("seen")
+    scope = replace(scope, seen=seen if isinstance(seen, int) else None)
+    return decision, approver, int(a.id), seq, state, scope
 
 
 def _decided(db: Database, run_id: str, call_id: str) -> int | None:

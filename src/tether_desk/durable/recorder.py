@@ -25,6 +25,7 @@ from tether_desk.models import Run, RunEvent
 from tether_desk.trace import RunRecorder
 
 _FINISH_RUN = update(Run).where(Run.id == bindparam("run_id_"))
+_RUNNING = _FINISH_RUN.values(status="running")
 _FINAL = ("status", "outcome_reason", "input_tokens", "output_tokens", "requests", "finished_at")
 _INSERTS: dict[str, tuple[Executable, Executable, Executable]] = {}
 
@@ -51,13 +52,23 @@ class ReplayableRecorder(RunRecorder):
 
     ``seq`` continues a run's sequence from another workflow (the approval's), where
     :meth:`RunRecorder.start` with ``resumed`` would read it from the database (which, in
-    a replay, already holds what comes next)."""
+    a replay, already holds what comes next). ``resumed``: the run goes on after a wait,
+    marked running again by the first write that does not end it (as a resumed
+    :class:`~tether_desk.trace.RunRecorder` is)."""
 
     def __init__(
-        self, db: Database, run_id: str, ticket_id: int, kind: str, *, seq: int | None = None
+        self,
+        db: Database,
+        run_id: str,
+        ticket_id: int,
+        kind: str,
+        *,
+        seq: int | None = None,
+        resumed: bool = False,
     ) -> None:
         super().__init__(db, run_id, ticket_id, kind)
         self._continued = seq is not None
+        self._resumed = resumed
         if seq is not None:
             self._seq = seq
 
@@ -90,6 +101,10 @@ class ReplayableRecorder(RunRecorder):
     def _write(self, connection: Connection, final: dict[str, Any] | None = None) -> None:
         assert self._seq is not None
         insert_run, end_run, insert_events = _inserts(connection.dialect.name)
+        if self._resumed:
+            if final is None:
+                connection.execute(_RUNNING, {"run_id_": self.run_id})
+            self._resumed = False
         if self._new_run is not None:  # the row may be there, from an earlier execution
             if final is None:
                 connection.execute(insert_run, self._new_run)
