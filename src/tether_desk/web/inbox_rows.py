@@ -1,0 +1,49 @@
+"""The inbox's rows as HTML, each rendered once for what it shows.
+
+An inbox page is mostly rows already seen: every open inbox asks for its page again every
+five seconds, and a new ticket only shifts the others down a line. A row's HTML depends
+only on the values :func:`row_html` takes (the ticket's line, whether its run needs
+attention, the customer's wait in words, the assignee), so the latest :data:`ROWS` of them
+are kept, keyed by exactly those values: a ticket that changed (status, assignee, the
+wait's words, attention) has other values and its row is rendered anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from functools import lru_cache
+
+from markupsafe import Markup
+
+from tether_desk.inbox import InboxPage
+from tether_desk.tickets import TicketRow
+from tether_desk.web.app import templates
+
+ROWS = 4096
+"""Rows kept (a few hundred bytes each)."""
+
+
+@lru_cache(maxsize=ROWS)
+def row_html(
+    t: TicketRow, attention: bool, wait: str | None, late: bool, owner: str | None
+) -> Markup:
+    """One ``<tr>`` of the inbox (its values escaped by the template)."""
+    template = templates.env.get_template("inbox_row.html")
+    return Markup(template.render(t=t, attention=attention, wait=wait, late=late, owner=owner))
+
+
+def inbox_lines(found: InboxPage, attention: Container[int]) -> list[Markup]:
+    """The page's rows as HTML, newest first."""
+    lines = []
+    for t in found.page.rows:
+        w = found.waits.get(t.id)
+        lines.append(
+            row_html(
+                t,
+                t.id in attention,
+                w.words if w is not None else None,
+                w is not None and w.late,
+                found.owners.get(t.id),
+            )
+        )
+    return lines
