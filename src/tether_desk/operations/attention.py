@@ -33,6 +33,8 @@ _refreshing: dict[int, asyncio.Future[list[RunRow]]] = {}
 _RUN_AND_CALL = select(Approval.run_id, Approval.call_id).where(
     Approval.id == bindparam("approval_id")
 )
+_needing: dict[int, tuple[list[RunRow], dict[int, RunRow]]] = {}
+"""Per desk: the kept list and its tickets needing attention (pages read it, never change it)."""
 
 
 def durable_client(desk: Desk) -> Any | None:
@@ -85,7 +87,7 @@ async def attention_for_page(desk: Desk) -> dict[int, RunRow]:
     now = time.monotonic()
     cached = _cache.get(id(desk))
     if cached is not None and now - cached[0] < CACHE_SECONDS:
-        return attention_by_ticket(cached[1])
+        return _needing_attention(desk, cached[1])
     loop = asyncio.get_running_loop()
     running = _refreshing.get(id(desk))
     if running is None or running.done() or running.get_loop() is not loop:
@@ -93,11 +95,19 @@ async def attention_for_page(desk: Desk) -> dict[int, RunRow]:
         running.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen, if unused
         _refreshing[id(desk)] = running
     if cached is not None and now - cached[0] < STALE_SECONDS:
-        return attention_by_ticket(cached[1])
+        return _needing_attention(desk, cached[1])
     try:
         return attention_by_ticket(await asyncio.shield(running))
     except Exception:  # the log unreachable: the page still renders, without it
         return {}
+
+
+def _needing_attention(desk: Desk, rows: list[RunRow]) -> dict[int, RunRow]:
+    """:func:`attention_by_ticket` of the kept list, worked out once per list."""
+    kept = _needing.get(id(desk))
+    if kept is None or kept[0] is not rows:
+        kept = _needing[id(desk)] = (rows, attention_by_ticket(rows))
+    return kept[1]
 
 
 def _refresh(desk: Desk) -> list[RunRow]:

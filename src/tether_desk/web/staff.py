@@ -23,6 +23,7 @@ from tether_desk.trace import run_events, ticket_runs
 from tether_desk.web.app import render
 from tether_desk.web.deps import DeskDep, Staff, WorkerDep
 from tether_desk.web.helpdesk import helpdesk_context
+from tether_desk.web.inbox_rows import inbox_rows
 
 router = APIRouter(prefix="/staff")
 Page = Annotated[int, Query(ge=1, le=100_000)]
@@ -78,9 +79,7 @@ async def staff_inbox(
         statuses=STATUSES,
         cursor=cursor,
         assigned=assigned,
-        waits=found.waits,
-        owners=found.owners,
-        attention=await attention_for_page(desk),
+        rows=inbox_rows(found, await attention_for_page(desk)),
     )
 
 
