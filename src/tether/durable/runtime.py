@@ -149,9 +149,10 @@ def launch(config: DurableConfig | None = None) -> None:
     logging.getLogger("dbos").removeFilter(_QUIET)
     DBOS(config=config.dbos_config())
     DBOS.launch()
-    from tether.durable import hops, queueconfig, steplog
+    from tether.durable import hops, outcome, queueconfig, steplog
 
     steplog.install(_dbos_system_database())
+    outcome.install(_dbos_system_database())
     queueconfig.install(_dbos_system_database())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
 
