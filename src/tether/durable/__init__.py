@@ -21,6 +21,7 @@ from tether.durable.runtime import (
     running_workflow_ids,
     shutdown,
     shutdown_async,
+    tune_client,
 )
 from tether.durable.steps import DurableChatClient, DurableTool, StepBook
 from tether.durable.transaction import TransactionalTool
@@ -60,4 +61,5 @@ __all__ = [
     "send_decisions",
     "shutdown",
     "shutdown_async",
+    "tune_client",
 ]

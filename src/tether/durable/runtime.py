@@ -149,12 +149,21 @@ def launch(config: DurableConfig | None = None) -> None:
     logging.getLogger("dbos").removeFilter(_QUIET)
     DBOS(config=config.dbos_config())
     DBOS.launch()
-    from tether.durable import hops, outcome, queueconfig, steplog
+    from tether.durable import hops, outcome, prepared, queueconfig, steplog
 
     steplog.install(_dbos_system_database())
     outcome.install(_dbos_system_database())
+    prepared.install(_dbos_system_database())
     queueconfig.install(_dbos_system_database())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
+
+
+def tune_client(client: Any) -> None:
+    """Give a :class:`dbos.DBOSClient`'s own system database the statements compiled once
+    that :func:`launch` gives the runtime's (its enqueues write the same rows)."""
+    from tether.durable import prepared
+
+    prepared.install(client._sys_db)
 
 
 def _dbos_system_database() -> Any:

@@ -37,7 +37,7 @@ from tether.durable import (
     shutdown_async,
 )
 from tether.durable.codec import decisions_to_json
-from tether.durable.runtime import sqlite_engine
+from tether.durable.runtime import sqlite_engine, tune_client
 from tether.durable.status import WorkflowLog
 from tether.errors import ConfigError
 from tether.outcomes import Decision
@@ -167,6 +167,7 @@ class DurableDesk:
             system_database_engine=self._engine,
             application_name=APP_NAME,
         )
+        tune_client(self._client)
         self._log = WorkflowLog.of_client(self._client)
 
     def _launch(self) -> None:
