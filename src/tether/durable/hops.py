@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
-import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tether.errors import ConfigError
+from tether.durable.fence import require_known, source_digest
 
 T = TypeVar("T")
 
@@ -53,10 +51,7 @@ _EXPECTED_DIGEST = "668acf59adbfc49e"
 def _source_digest() -> str:
     from dbos import _core, _outcome
 
-    h = hashlib.sha256()
-    for obj in (_outcome.Pending, _core.invoke_step, _core._get_wf_invoke_func):
-        h.update(inspect.getsource(obj).encode())
-    return h.hexdigest()[:16]
+    return source_digest(_outcome.Pending, _core.invoke_step, _core._get_wf_invoke_func)
 
 
 class _Asyncio:
@@ -84,12 +79,7 @@ def install(sqlite_log: bool) -> None:
     from dbos import _outcome
 
     current = getattr(_outcome, "asyncio", None)
-    if _source_digest() != _EXPECTED_DIGEST or current not in (asyncio, _PROXY):
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): its async "
-            "stages changed; install the dbos version pinned in uv.lock"
-        )
+    known = _source_digest() if current in (asyncio, _PROXY) else "another asyncio"
+    require_known(known, _EXPECTED_DIGEST, "its async stages")
     _PROXY.inline_log = sqlite_log
     setattr(_outcome, "asyncio", _PROXY)  # noqa: B010 (a private module attribute)

@@ -17,13 +17,11 @@ changed them (``tests/durable/test_outcome.py``).
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from tether.errors import ConfigError
+from tether.durable.fence import require_known, source_digest
 
 _CHECKED = (
     "update_workflow_outcome",
@@ -44,20 +42,11 @@ _EXPECTED_DIGEST = "f40c534ede06314a"
 def _source_digest() -> str:
     from dbos._sys_db import SystemDatabase
 
-    h = hashlib.sha256()
-    for name in _CHECKED:
-        h.update(inspect.getsource(getattr(SystemDatabase, name)).encode())
-    return h.hexdigest()[:16]
+    return source_digest(*(getattr(SystemDatabase, name) for name in _CHECKED))
 
 
 def _verify() -> None:
-    if _source_digest() != _EXPECTED_DIGEST:
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): its workflow "
-            "outcome write changed; install the dbos version pinned in uv.lock"
-        )
+    require_known(_source_digest(), _EXPECTED_DIGEST, "its workflow outcome write")
 
 
 def _statements(sys_db: Any) -> tuple[str, str, str]:

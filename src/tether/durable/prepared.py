@@ -18,12 +18,10 @@ raises :class:`ConfigError`, naming the installed DBOS, if a release changed it
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 from collections.abc import Callable
 from typing import Any
 
-from tether.errors import ConfigError
+from tether.durable.fence import require_known, source_digest
 
 _EXPECTED_DIGEST = "ad865125d57bd1dd"
 """Digest of ``SystemDatabase._execute_prepared`` in the DBOS this reproduces (3.4.0)."""
@@ -32,18 +30,11 @@ _EXPECTED_DIGEST = "ad865125d57bd1dd"
 def _source_digest() -> str:
     from dbos._sys_db import SystemDatabase
 
-    source = inspect.getsource(SystemDatabase._execute_prepared)
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
+    return source_digest(SystemDatabase._execute_prepared)
 
 
 def _verify() -> None:
-    if _source_digest() != _EXPECTED_DIGEST:
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): its prepared "
-            "statements changed; install the dbos version pinned in uv.lock"
-        )
+    require_known(_source_digest(), _EXPECTED_DIGEST, "its prepared statements")
 
 
 _Prepared = tuple[str, tuple[str, ...], dict[str, Callable[[Any], Any]], dict[str, Any]]

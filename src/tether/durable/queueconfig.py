@@ -16,14 +16,12 @@ refused with :class:`ConfigError`, naming the installed DBOS
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tether.errors import ConfigError
+from tether.durable.fence import require_known, source_digest
 
 SETTINGS_SECONDS = 5.0
 """How long a queue thread reuses the settings it read."""
@@ -39,22 +37,13 @@ def _source_digest() -> str:
     from dbos import _queue
     from dbos._sys_db import SystemDatabase
 
-    h = hashlib.sha256()
-    for obj in (SystemDatabase.get_queue, _queue.queue_worker_thread, _queue.queue_thread):
-        h.update(inspect.getsource(obj).encode())
-    return h.hexdigest()[:16]
+    return source_digest(SystemDatabase.get_queue, _queue.queue_worker_thread, _queue.queue_thread)
 
 
 def install(sys_db: Any, seconds: float = SETTINGS_SECONDS) -> None:
     """Let the queue threads of DBOS's running ``sys_db`` reuse a queue's settings for
     ``seconds``."""
-    if _source_digest() != _EXPECTED_DIGEST:
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): its queue "
-            "polling changed; install the dbos version pinned in uv.lock"
-        )
+    require_known(_source_digest(), _EXPECTED_DIGEST, "its queue polling")
     sys_db.get_queue = _reusing(sys_db.get_queue, seconds)
 
 

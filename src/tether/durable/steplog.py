@@ -18,15 +18,13 @@ naming the installed DBOS, if a release changed any of them
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tether.errors import ConfigError
+from tether.durable.fence import require_known, source_digest
 
 _CHECKED = (
     "check_operation_execution",
@@ -51,10 +49,7 @@ _EXPECTED_DIGEST = "c31ccd7e4dbdc71c"
 def _source_digest() -> str:
     from dbos._sys_db import SystemDatabase
 
-    h = hashlib.sha256()
-    for name in _CHECKED:
-        h.update(inspect.getsource(getattr(SystemDatabase, name)).encode())
-    return h.hexdigest()[:16]
+    return source_digest(*(getattr(SystemDatabase, name) for name in _CHECKED))
 
 
 _verified: bool | None = None
@@ -64,13 +59,9 @@ def _verify() -> None:
     global _verified
     if _verified is None:
         _verified = _source_digest() == _EXPECTED_DIGEST
-    if not _verified:
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): its step log "
-            "methods changed; install the dbos version pinned in uv.lock"
-        )
+    require_known(
+        _EXPECTED_DIGEST if _verified else "changed", _EXPECTED_DIGEST, "its step log methods"
+    )
 
 
 def _statements(sys_db: Any) -> tuple[str, str, str]:
