@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import platform
 import re
+import subprocess
+import tarfile
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
 HEADER = """# Benchmarks
 
 Each section is written by the script it names (`uv run python bench/NAME.py`); run one to
@@ -35,3 +38,13 @@ def write_section(name: str, markdown: str) -> None:
     )
     DOC.parent.mkdir(exist_ok=True)
     DOC.write_text(text)
+
+
+def export(rev: str, into: Path) -> Path:
+    """``rev``'s src, exported with git archive."""
+    archive = into / "rev.tar"
+    with archive.open("wb") as f:
+        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True, stdout=f)
+    with tarfile.open(archive) as t:
+        t.extractall(into / "rev", filter="data")
+    return into / "rev" / "src"

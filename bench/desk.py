@@ -43,7 +43,6 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -55,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "desk"
 
 from desk_server import serve
 
-from _report import machine, write_section
+from _report import export, machine, write_section
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -372,16 +371,6 @@ async def inbox_flowing(tmp: Path, flow: int = FLOW) -> dict[str, Any]:
         "seconds": done["seconds"],
         "server_cpu_s": server,
     }
-
-
-def export(rev: str, into: Path) -> Path:
-    """``rev``'s src, exported with git archive."""
-    archive = into / "rev.tar"
-    with archive.open("wb") as f:
-        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True, stdout=f)
-    with tarfile.open(archive) as t:
-        t.extractall(into / "rev", filter="data")
-    return into / "rev" / "src"
 
 
 ROWS = (

@@ -23,13 +23,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
+
+from _report import export
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -148,16 +149,6 @@ def side(tickets: int) -> dict[str, Any]:
         "calls": {k: v / tickets for k, v in probe.calls.items()},
         "parts_ms": {k: v / tickets * 1000 for k, v in probe.cpu.items()},
     }
-
-
-def export(rev: str, into: Path) -> Path:
-    """``rev``'s src, exported with git archive."""
-    archive = into / "rev.tar"
-    with archive.open("wb") as f:
-        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True, stdout=f)
-    with tarfile.open(archive) as t:
-        t.extractall(into / "rev", filter="data")
-    return into / "rev" / "src"
 
 
 def run_side(src: Path | None, tickets: int) -> dict[str, Any]:

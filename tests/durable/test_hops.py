@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from dbos import DBOS, _outcome
@@ -34,14 +32,6 @@ async def flow(n: int) -> int:
 
     first = await DBOS.run_step_async({"name": "hops.add"}, add, n)
     return await DBOS.run_step_async({"name": "hops.blocking"}, blocking, first)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'runs.sqlite'}"
-    else:
-        yield request.getfixturevalue("pg_url")
 
 
 async def test_the_log_stages_run_where_the_database_allows(

@@ -3,8 +3,6 @@ what they raise; a DBOS whose step methods changed is refused by name."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,14 +30,6 @@ async def twice(n: int) -> int:
 
     first = await DBOS.run_step_async({"name": "steplog.add"}, add, n)
     return await DBOS.run_step_async({"name": "steplog.add"}, add, first)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'runs.sqlite'}"
-    else:
-        yield request.getfixturevalue("pg_url")
 
 
 def _sys_db() -> Any:
