@@ -113,6 +113,14 @@ async def finished(runs: DurableDesk, ticket_id: int) -> bool:
     return bool(found) and found[0].status == "SUCCESS"
 
 
+async def all_ended(runs: DurableDesk) -> bool:
+    """Whether every workflow in the log has ended (a draft is written inside the last
+    step: the step is logged and its workflow returns after it; a worker stopped before
+    that would leave the run pending)."""
+    found = await asyncio.to_thread(runs.client.list_workflows, load_input=False, load_output=False)
+    return all(w.status in ("SUCCESS", "ERROR") for w in found)
+
+
 def statuses(db: Database) -> dict[int, str]:
     with db.read_connection() as c:
         return {int(i): str(s) for i, s in c.execute(select(Ticket.id, Ticket.status))}
@@ -231,7 +239,12 @@ async def crash_everywhere(
             if time.monotonic() > end:
                 raise AssertionError(f"not finished: {now}\n{logs()}")
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # the workflows return after their last step
+        while not await all_ended(runs):  # each workflow returns after its last step
+            if worker.poll() is not None:
+                raise AssertionError(f"the worker exited ({worker.returncode}):\n{logs()}")
+            if time.monotonic() > end:
+                raise AssertionError(f"workflows left pending:\n{logs()}")
+            await asyncio.sleep(0.05)
     finally:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)

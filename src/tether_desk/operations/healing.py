@@ -27,15 +27,23 @@ shows as ERROR, needing attention)."""
 
 class Healer:
     """Resumes this executor's runs that a cleared fault left behind (see the module doc).
-    A pending run must be seen without an execution twice in a row before it is resumed
-    (one just taken from the queue is registered a moment after its status changes)."""
+    A pending run must be seen without an execution twice in a row, its row unchanged in
+    between, before it is resumed. A run taken from the queue is registered as executing
+    only once its task starts, a moment (under load, seconds) after its row says PENDING:
+    seen in that moment after a first look that found it pending from before (recovered
+    at a restart, dispatched again since), it is not left behind, and resuming it would
+    start a second execution beside the one about to run (every step not yet logged
+    done twice). Each dispatch moves the row's ``updated_at``, so only a run that
+    nothing dispatched between the two looks is resumed."""
 
     def __init__(self, client: Any, db: Any, executor_id: str, version: str) -> None:
         self.client = client
         self.db = db
         self.executor_id = executor_id
         self.version = version
-        self._suspects: set[str] = set()
+        self._suspects: set[tuple[str, int | None]] = set()
+        """(workflow id, ``updated_at``) of the runs seen pending
+        without an execution at the last look."""
         self._retried: Counter[str] = Counter()
 
     def heal(self) -> list[str]:
@@ -59,10 +67,16 @@ class Healer:
             load_output=False,
         )
         active = running_workflow_ids()
-        orphans = {w.workflow_id: w for w in pending if w.workflow_id not in active}
-        for wid in self._suspects & orphans.keys():
-            self.client.resume_workflow(wid, queue_name=orphans[wid].queue_name)
+        orphans = {_seen(w): w for w in pending if w.workflow_id not in active}
+        for key in self._suspects & orphans.keys():
+            wid = key[0]
+            self.client.resume_workflow(wid, queue_name=orphans[key].queue_name)
             log.warning("resumed %s, left pending with no execution by a fault", wid)
             healed.append(wid)
-        self._suspects = set(orphans) - set(healed)
+        self._suspects = {k for k in orphans if k[0] not in healed}
         return healed
+
+
+def _seen(w: Any) -> tuple[str, int | None]:
+    """A pending run as one look saw it: a dispatch since changes the key."""
+    return (w.workflow_id, w.updated_at)
