@@ -28,9 +28,15 @@ def require_known(digest: str, expected: str, what: str) -> None:
     """Raise :class:`ConfigError` unless ``digest`` is the ``expected`` one; ``what``
     names the DBOS code that changed (``"its step log methods"``)."""
     if digest != expected:
-        from importlib.metadata import version
+        raise unknown_dbos(f"{what} changed")
 
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): {what} changed; "
-            "install the dbos version pinned in uv.lock"
-        )
+
+def unknown_dbos(why: str) -> ConfigError:
+    """The error for a DBOS whose private code or schema is not what tether reads or
+    reproduces (``why``: what differs), naming the installed version."""
+    from importlib.metadata import version
+
+    return ConfigError(
+        f"tether.durable does not know this DBOS ({version('dbos')}): {why}; "
+        "install the dbos version pinned in uv.lock"
+    )

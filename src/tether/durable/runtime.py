@@ -19,6 +19,7 @@ from typing import Any
 
 from dbos import DBOS, DBOSConfig
 
+from tether.durable.fence import unknown_dbos
 from tether.errors import ConfigError
 
 DEFAULT_DATABASE_URL = "sqlite:///tether-durable.sqlite"
@@ -174,12 +175,7 @@ def _dbos_system_database() -> Any:
     try:
         return instance._sys_db  # type: ignore[union-attr]
     except AttributeError as exc:
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): {exc}; install "
-            "the dbos version pinned in uv.lock"
-        ) from exc
+        raise unknown_dbos(str(exc)) from exc
 
 
 def is_launched() -> bool:
@@ -223,12 +219,7 @@ def dbos_internals() -> DbosInternals | None:
             active_ids=list(instance._active_workflows_set.activeList()),
         )
     except AttributeError as exc:
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"tether.durable does not know this DBOS ({version('dbos')}): {exc}; install "
-            "the dbos version pinned in uv.lock"
-        ) from exc
+        raise unknown_dbos(str(exc)) from exc
 
 
 def running_workflow_ids() -> set[str]:

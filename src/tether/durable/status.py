@@ -26,6 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tether.durable.fence import unknown_dbos
 from tether.errors import ConfigError
 
 TABLE = "workflow_status"
@@ -86,7 +87,7 @@ class WorkflowLog:
             engine, schema = sys_db.engine, sys_db.schema
             sharded = sys_db._key_column(sys_db.tables.workflow_status) is not None
         except AttributeError as exc:
-            raise _unknown_dbos(str(exc)) from exc
+            raise unknown_dbos(str(exc)) from exc
         if sharded:  # a workflow's row is found by its shard key too
             raise ConfigError("tether.durable.status cannot read a sharded DBOS log")
         return cls(engine, schema)
@@ -122,16 +123,7 @@ def check_dbos_schema() -> None:
         key = [c.name for c in table.primary_key.columns]
         name = table.name
     except (ImportError, AttributeError) as exc:
-        raise _unknown_dbos(str(exc)) from exc
+        raise unknown_dbos(str(exc)) from exc
     missing = [c for c in COLUMNS if c not in names]
     if name != TABLE or key != ["workflow_uuid"] or missing:
-        raise _unknown_dbos(f"its table {name!r} is keyed by {key} and lacks the columns {missing}")
-
-
-def _unknown_dbos(why: str) -> ConfigError:
-    from importlib.metadata import version
-
-    return ConfigError(
-        f"tether.durable.status does not know this DBOS ({version('dbos')}): {why}; "
-        "install the dbos version pinned in uv.lock"
-    )
+        raise unknown_dbos(f"its table {name!r} is keyed by {key} and lacks the columns {missing}")

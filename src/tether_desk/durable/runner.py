@@ -277,13 +277,12 @@ class DurableDesk:
         ``decided_ticket`` and ``legacy_wait`` (see
         :meth:`~tether_desk.pipeline.TicketRuns.deliver`) spare reading again what the
         caller's claim of the decision read: then the delivery is one write to the log."""
+        wait = wait_id(decision.run_id, decision.call_id)
         if legacy_wait is None:
-            wait = wait_id(decision.run_id, decision.call_id)
             legacy_wait = await asyncio.to_thread(self.log.get, wait) is not None
         if legacy_wait:
             payload = decisions_to_json([decision])
             key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-            wait = wait_id(decision.run_id, decision.call_id)
             await self.client.send_async(wait, payload, DECISIONS_TOPIC, key)
             return
         ticket = decided_ticket
