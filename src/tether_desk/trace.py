@@ -47,7 +47,7 @@ _INSERT_RUN = insert(Run)
 _INSERT_EVENTS = insert(RunEvent)
 _FINISH_RUN = update(Run).where(Run.id == bindparam("run_id_"))
 _LAST_SEQ = select(func.max(RunEvent.seq)).where(RunEvent.run_id == bindparam("run_id_"))
-_RUNNING = (  # a resumed run runs again, unless another resume already took it further
+MARK_RESUMED = (  # a resumed run runs again, unless another resume already took it further
     update(Run)
     .where(Run.id == bindparam("run_id_"), Run.status == "awaiting_approval")
     .values(status="running")
@@ -216,7 +216,7 @@ class RunRecorder:
         if self._seq is None:  # resumed: continue after what is stored, under the write lock
             self._seq = int(connection.scalar(_LAST_SEQ, {"run_id_": self.run_id}) or 0)
             if final is None:
-                connection.execute(_RUNNING, {"run_id_": self.run_id})
+                connection.execute(MARK_RESUMED, {"run_id_": self.run_id})
         if self._new_run is not None:
             connection.execute(_INSERT_RUN, {**self._new_run, **(final or {})})
             self._new_run = None

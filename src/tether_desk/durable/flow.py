@@ -58,7 +58,7 @@ from tether_desk.db import Database
 from tether_desk.decisions import DENIED
 from tether_desk.durable.boundaries import Boundary, BoundaryClient, BoundaryTool
 from tether_desk.durable.recorder import ReplayableRecorder
-from tether_desk.models import Approval, Run, RunEvent, Ticket
+from tether_desk.models import Approval, RunEvent, Ticket
 from tether_desk.operations.transient import is_transient, retry_transient
 from tether_desk.orders import OrderView
 from tether_desk.pipeline import (
@@ -77,6 +77,7 @@ from tether_desk.pipeline import (
     ticket_status,
 )
 from tether_desk.thread import RoundScope, follow_up
+from tether_desk.trace import MARK_RESUMED
 from tether_desk.triage import classify
 
 log = logging.getLogger("tether_desk")
@@ -125,7 +126,6 @@ _REQUESTED = (
 EXPIRED = "the approval expired"
 TRACE_SEQ = "trace_seq"
 """The key, in an approval's context, of the number of the trace's event that notes it."""
-_RUNNING = update(Run).where(Run.id == bindparam("run_id_")).values(status="running")
 
 
 def workflow_id(ticket_id: int, round_: int = 0) -> str:
@@ -602,5 +602,5 @@ def _decided(db: Database, run_id: str, call_id: str) -> int | None:
     """Who decided (the staff id the refund is recorded with); the run goes on."""
     with db.write_connection() as c:
         staff = c.scalar(_DECIDED_BY, {"run_id_": run_id, "call_id_": call_id})
-        c.execute(_RUNNING, {"run_id_": run_id})
+        c.execute(MARK_RESUMED, {"run_id_": run_id})
     return int(staff) if staff is not None else None

@@ -22,10 +22,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from tether.errors import ConfigError
 from tether_desk.db import Database
 from tether_desk.models import Run, RunEvent
-from tether_desk.trace import RunRecorder
+from tether_desk.trace import MARK_RESUMED, RunRecorder
 
 _FINISH_RUN = update(Run).where(Run.id == bindparam("run_id_"))
-_RUNNING = _FINISH_RUN.values(status="running")
 _FINAL = ("status", "outcome_reason", "input_tokens", "output_tokens", "requests", "finished_at")
 _INSERTS: dict[str, tuple[Executable, Executable, Executable]] = {}
 
@@ -103,7 +102,7 @@ class ReplayableRecorder(RunRecorder):
         insert_run, end_run, insert_events = _inserts(connection.dialect.name)
         if self._resumed:
             if final is None:
-                connection.execute(_RUNNING, {"run_id_": self.run_id})
+                connection.execute(MARK_RESUMED, {"run_id_": self.run_id})
             self._resumed = False
         if self._new_run is not None:  # the row may be there, from an earlier execution
             if final is None:
