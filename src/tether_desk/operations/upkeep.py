@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tether._workers import run_in_worker
 from tether_desk.operations.healing import Healer
 from tether_desk.operations.liveness import BEAT_SECONDS, beat, forget
 
@@ -18,30 +18,11 @@ T = TypeVar("T")
 
 
 async def in_daemon_thread(fn: Callable[[], T]) -> T:
-    """``fn()`` in a daemon thread of its own: a call that DBOS's client retries while the
+    """``fn()`` in one of the runtime's daemon worker threads
+    (:func:`tether._workers.run_in_worker`): a call that DBOS's client retries while the
     database is down (with no end) never holds the process back from exiting, as a pool's
     thread would (the interpreter joins those at exit)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, exc: BaseException | None) -> None:
-        if done.done():
-            return
-        if exc is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            result, exc = fn(), None
-        except BaseException as e:  # handed to the awaiting task
-            result, exc = None, e
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, result, exc)
-
-    threading.Thread(target=run, name="desk-upkeep", daemon=True).start()
-    return await done
+    return await run_in_worker(fn)
 
 
 async def upkeep(runs: Any, every: float = BEAT_SECONDS) -> None:
