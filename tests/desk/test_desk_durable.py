@@ -6,7 +6,9 @@ run once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
@@ -23,7 +25,7 @@ from tether.tools import ToolSpec
 from tether_desk.agent import TicketScope
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, decide, expire_due, recover_decided, resume
-from tether_desk.durable import DurableDesk, DurableSettings, finish_id, workflow_id
+from tether_desk.durable import DurableDesk, DurableSettings, finish_id, flow, workflow_id
 from tether_desk.durable.flow import Flow
 from tether_desk.durable.recorder import ReplayableRecorder
 from tether_desk.models import Approval, Customer, Order, Refund, Run, RunEvent, Ticket
@@ -315,3 +317,84 @@ async def test_a_ticket_logged_by_the_previous_layout_stores_its_approval_in_its
     assert [(k, sorted(e)) for k, e in trace(durable.db, old)] == [
         (k, sorted(e)) for k, e in trace(durable.db, new)
     ]
+
+
+BODIES = ("_claim", "record_triage", "_screen_pending", "_store", "_decision", "_finish_run")
+
+
+async def test_on_sqlite_the_step_bodies_run_on_the_workflows_loop(
+    durable: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No step body of a refund ticket (claim, record, screening, approval stored,
+    decision read, draft) nor its follow-up hops to a thread: each runs on the thread of
+    the loop that runs its workflow (the thread its step boundaries are passed on)."""
+    bodies: list[tuple[str, int]] = []
+    loops: set[int] = set()
+
+    def on_thread(name: str, fn: Callable[..., object]) -> Callable[..., object]:
+        def body(*args: object) -> object:
+            bodies.append((name, threading.get_ident()))
+            return fn(*args)
+
+        return body
+
+    for name in (*BODIES, "follow_up"):
+        monkeypatch.setattr(flow, name, on_thread(name, getattr(flow, name)))
+    at = Flow.at
+
+    async def boundary(self: Flow, name: str) -> None:
+        loops.add(threading.get_ident())
+        await at(self, name)
+
+    monkeypatch.setattr(Flow, "at", boundary)
+    tid = add_ticket(durable.db, "Colis abime, je demande 4 EUR.")
+    assert durable.runs is not None
+    await durable.runs.submit_new()
+    await until(durable.db, tid, "awaiting_approval")
+    approval = pending_approval(durable.db, tid)
+    assert approval is not None
+    await decide(durable, approval.id, staff_id(durable.db), approve=True)
+    await until(durable.db, tid, "draft_ready")
+    assert sorted({n for n, _ in bodies}) == sorted((*BODIES, "follow_up"))
+    assert loops and {ident for _, ident in bodies} <= loops
+    assert threading.get_ident() not in loops  # DBOS's loop, not this test's
+
+
+def test_a_step_body_hops_to_a_thread_on_postgresql_and_runs_inline_on_sqlite(
+    desk: Desk,
+) -> None:
+    """On PostgreSQL a body waits on the server's round trips: it gets a thread of its
+    own (``create_engine`` connects to nothing here)."""
+    pg = Desk(Database("postgresql+psycopg://desk@127.0.0.1:1/desk"), DeskScriptedModel())
+
+    async def where(d: Desk) -> bool:
+        return await Flow(d, None).blocking(threading.get_ident) == threading.get_ident()
+
+    assert asyncio.run(where(desk)) is True
+    assert asyncio.run(where(pg)) is False
+    pg.db.dispose()
+
+
+def test_an_inline_step_body_is_retried_on_a_transient_fault(
+    desk: Desk, caplog: pytest.LogCaptureFixture
+) -> None:
+    tries: list[int] = []
+
+    def locked_once(ticket_id: int) -> int:
+        tries.append(threading.get_ident())
+        if len(tries) == 1:
+            raise sqlite3.OperationalError("database is locked")
+        return ticket_id
+
+    async def run() -> int:
+        return await Flow(desk, None).blocking(locked_once, 7)
+
+    assert asyncio.run(run()) == 7
+    assert tries == [threading.get_ident()] * 2  # both tries inline, on this loop
+    assert "transient database error" in caplog.text
+
+    def broken(ticket_id: int) -> int:
+        raise ValueError(f"ticket {ticket_id} is broken")
+
+    with pytest.raises(ValueError, match="broken"):
+        asyncio.run(Flow(desk, None).blocking(broken, 8))

@@ -201,6 +201,8 @@ class Flow:
         self.db = desk.db
         self.boundary = boundary
         self.ticket_id = 0
+        self.inline = inline_bodies(desk.db)
+        """Whether the step bodies run on the workflow's loop (:func:`inline_bodies`)."""
 
     async def at(self, name: str) -> None:
         """A step boundary (see :mod:`tether_desk.durable.boundaries`)."""
@@ -221,8 +223,16 @@ class Flow:
         return result
 
     async def effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` (blocking: in a thread) as the step ``desk.NAME``."""
-        return await self.step(name, _blocking, fn, *args)
+        """``fn(*args)`` (a blocking body: :meth:`blocking`) as the step ``desk.NAME``."""
+        return await self.step(name, self.blocking, fn, *args)
+
+    async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, a step body that blocks on the database, retried on a transient
+        fault: on the workflow's loop where :func:`inline_bodies` says so, else in a
+        thread."""
+        if self.inline:
+            return await retry_transient(partial(_now, fn, *args))
+        return await retry_transient(partial(asyncio.to_thread, fn, *args))
 
     async def record(
         self, name: str, recorder: ReplayableRecorder, fn: Callable[..., T], *args: Any
@@ -244,7 +254,7 @@ class Flow:
         """The ticket's next round if the customer wrote while this one ran
         (:func:`tether_desk.thread.follow_up`). Not a step: it does its work once however
         often it runs (a replay finds the round moved on), and its answer steers nothing."""
-        await retry_transient(lambda: asyncio.to_thread(follow_up, self.db, scope))
+        await self.blocking(follow_up, self.db, scope)
 
     # --- the ticket's workflow ----------------------------------------------------------
 
@@ -299,9 +309,9 @@ class Flow:
         for a person). Run again after a crash, the claim finds the ticket its own, the
         records write only what is not there yet, the answer finds its draft; once logged,
         no model is asked again. Until then the ticket is ``triaging``."""
-        scope_data = await _blocking(_claim, self.desk, ticket_id)
+        scope_data = await self.blocking(_claim, self.desk, ticket_id)
         if scope_data is None:
-            return {"status": await _blocking(ticket_status, self.db, ticket_id)}
+            return {"status": await self.blocking(ticket_status, self.db, ticket_id)}
         scope = TicketScope(**scope_data)
         done = await self._decided(scope, triage_run, refund_run)
         done["round"] = [scope.seen, scope.round]  # what the round read (its follow-up)
@@ -317,17 +327,17 @@ class Flow:
         )
         note_triage(recorder, result)
         recorder.hold()
-        await _blocking(record_triage, recorder, scope, result)
+        await self.blocking(record_triage, recorder, scope, result)
         self.desk.changed(ticket_id)
         if result.category == "refund":
             return await self._refund(scope, refund_run)
         if result.category == "tracking":
             await self.at("answer.before")
-            await _blocking(_answer_tracking, self.db, scope)
+            await self.blocking(_answer_tracking, self.db, scope)
             await self.at("answer.returned")
             return {"outcome": "answered"}
         await self.at("needs_human.before")
-        await _blocking(set_status, self.db, ticket_id, "needs_human")
+        await self.blocking(set_status, self.db, ticket_id, "needs_human")
         await self.at("needs_human.returned")
         return {"outcome": "needs_human"}
 
@@ -358,9 +368,9 @@ class Flow:
         the console), the run's state and its trace's place from what ``desk.approval``
         stored, the agent resumed (the refund paid under its idempotency key), then the
         draft or the next proposal."""
-        found = await _blocking(_decision, self.db, run_id, call_id, ticket_id)
+        found = await self.blocking(_decision, self.db, run_id, call_id, ticket_id)
         if found is None:  # not decided: nothing to apply (a start no decision made)
-            return {"outcome": await _blocking(ticket_status, self.db, ticket_id)}
+            return {"outcome": await self.blocking(ticket_status, self.db, ticket_id)}
         decision, approver, approval_id, seq, state, scope = found
         recorder = ReplayableRecorder(self.db, run_id, ticket_id, "refund", seq=seq, resumed=True)
         done = await self._apply(scope, recorder, state, decision, approver, approval_id)
@@ -409,7 +419,7 @@ class Flow:
         approval_id: int,
     ) -> Done:
         """The previous layout's ``desk.finish``, with the decision received."""
-        approver = await _blocking(_decided, self.db, state.run_id, call_id)
+        approver = await self.blocking(_decided, self.db, state.run_id, call_id)
         decision = next(d for d in decisions if d.call_id == call_id)
         return await self._apply(scope, recorder, state, decision, approver, approval_id)
 
@@ -467,7 +477,8 @@ class Flow:
             if result.outcome.kind != "awaiting_approval" or state is None:
                 break
             await self.at("screen.before")
-            chosen, refused, view = await _blocking(_screen_pending, self.db, scope, state.pending)
+            screened = await self.blocking(_screen_pending, self.db, scope, state.pending)
+            chosen, refused, view = screened
             if refused:
                 for d in refused:
                     recorder.note("refused_by_desk", {"call_id": d.call_id, "reason": d.reason})
@@ -477,14 +488,14 @@ class Flow:
             await self.at("approval.requested")
             recorder.hold()
             reason = result.outcome.reason
-            stored = await _blocking(
+            stored = await self.blocking(
                 _store, self.desk, scope, recorder, state, chosen, reason, view, once
             )
             await self.at("approval.returned")
             return {"outcome": "awaiting_approval" if stored is not None else "failed"}
         await self.at("draft.before")
         recorder.hold()
-        await _blocking(_finish_run, self.db, scope, recorder, result)
+        await self.blocking(_finish_run, self.db, scope, recorder, result)
         await self.at("draft.returned")
         completed = result.outcome.completed and result.output.strip()
         return {"outcome": "draft_ready" if completed else "failed"}
@@ -513,12 +524,22 @@ class Flow:
         return "awaiting_approval" if stored is not None else "failed"
 
 
-# --- step bodies (blocking; each runs in a thread) ---------------------------------------
+# --- step bodies (blocking: on the workflow's loop on SQLite, see inline_bodies) ----------
 
 
-async def _blocking(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a thread, retried on a transient database fault."""
-    return await retry_transient(lambda: asyncio.to_thread(fn, *args))
+def inline_bodies(db: Database) -> bool:
+    """Whether the desk's step bodies run on the workflow's own loop rather than in a
+    thread each: on SQLite (its writes are serialised anyway, a body is a fraction of a
+    millisecond of local work, and its busy wait for the write lock releases the GIL),
+    where the hop to a thread and back cost more CPU than the body; not on PostgreSQL,
+    where a body waits on the server's round trips, which a thread lets the loop's other
+    tickets use (docs/durable.md, "The desk's steps on the loop")."""
+    return db.dialect == "sqlite"
+
+
+async def _now(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, here and now (an awaitable for :func:`retry_transient`)."""
+    return fn(*args)
 
 
 def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:

@@ -85,8 +85,8 @@ class ReplayableRecorder(RunRecorder):
         return super().start()
 
     def hold(self) -> None:
-        """Drop a pending timed write: a step is about to write the trace from a worker
-        thread (with what is buffered), and nothing else may write it meanwhile."""
+        """Drop a pending timed write: a step body is about to write the trace (with what
+        is buffered; in a thread on PostgreSQL), and nothing else may write it meanwhile."""
         self._cancel_timer()
 
     def logged(self, seq: int) -> None:
