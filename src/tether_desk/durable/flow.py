@@ -533,7 +533,7 @@ def inline_bodies(db: Database) -> bool:
     millisecond of local work, and its busy wait for the write lock releases the GIL),
     where the hop to a thread and back cost more CPU than the body; not on PostgreSQL,
     where a body waits on the server's round trips, which a thread lets the loop's other
-    tickets use (docs/durable.md, "The desk's steps on the loop")."""
+    tickets use (docs/durable.md, "Step bodies on the loop")."""
     return db.dialect == "sqlite"
 
 
