@@ -94,13 +94,13 @@ def test_an_empty_queue_is_looked_at_less_and_less_and_a_full_one_not_at_all() -
     bell = dispatch.Doorbell(threading.Event(), dbos, FakeQueue())
     assert bell.interval(0.1) == 0.1
     waits = []
-    for looks in range(1, 8):
-        bell.empty_looks = looks
+    for empty_for in (0.1, 1.0, 2.0, 3.0, 60.0):
+        bell.empty_since = time.monotonic() - empty_for
         waits.append(bell.interval(0.1))
-    assert waits == sorted(waits) and waits[0] == 0.2
+    assert waits == sorted(waits) and waits[0] == 0.1 and 0.2 < waits[2] < 1.0
     assert waits[-1] == dispatch.IDLE_SECONDS
     assert bell.interval(5.0) == 5.0  # never shorter than the queue's own interval
-    bell.empty_looks = 0
+    bell.empty_since = None
     dbos._active_workflows_set.running = 2
     assert bell.interval(0.1) == dispatch.FULL_SECONDS
     dbos._active_workflows_set.running = 1
@@ -132,7 +132,9 @@ def test_a_ring_or_a_stop_ends_the_wait_at_once() -> None:
     try:
         time.sleep(0.05)
         dispatch.ring("q")
-        time.sleep(0.05)
+        deadline = time.monotonic() + LONG_POLL / 4
+        while not woke and time.monotonic() < deadline:
+            time.sleep(0.01)
         stop.set()
         t.join(LONG_POLL / 4)
     finally:

@@ -10,9 +10,11 @@ this process a doorbell it waits on instead of the bare interval:
   to :func:`watch_client`): the thread looks at once;
 - while every place of this worker is taken, the thread does not look until one frees
   (at most :data:`FULL_SECONDS` between looks);
-- while the queue is found empty, the time between looks doubles from the queue's
-  polling interval up to :data:`IDLE_SECONDS`: work enqueued by another process waits
-  at most that long; in this process the doorbell rings at once.
+- while the queue is found empty, the time between looks grows from the queue's polling
+  interval to a quarter of how long it has been empty, up to :data:`IDLE_SECONDS`: work
+  enqueued by another process waits at most that long (a decision taken in a console
+  process while tickets flow, at most the polling interval); in this process the
+  doorbell rings at once.
 
 What a look does (the claims, their limits and transactions) is DBOS's, unchanged. The
 DBOS code it hooks is checked against the pinned release's source; a release that changed
@@ -32,6 +34,9 @@ from tether.durable.fence import require_known, source_digest
 IDLE_SECONDS = 1.0
 """The longest time between two looks at a queue found empty (a look at once when this
 process enqueues to it)."""
+
+IDLE_SHARE = 0.25
+"""The time between looks at a queue found empty, as a share of how long it has been."""
 
 FULL_SECONDS = 5.0
 """The longest time between two looks while every place of this worker is taken (a look
@@ -72,8 +77,9 @@ class Doorbell:
         self._dbos = dbos
         self.queue = queue
         """The queue's settings as last seen by a look."""
-        self.empty_looks = 0
-        """Looks in a row that found nothing to take and room to take it."""
+        self.empty_since: float | None = None
+        """When a look first found nothing to take and room to take it (``None``: the
+        last look took something, or found no room)."""
         self.claimed: dict[str, float] = {}
         """Runs claimed by a look and not yet registered as running (DBOS registers a
         claimed run once it starts), with when: they hold a place meanwhile."""
@@ -102,8 +108,8 @@ class Doorbell:
             return None
         if self._full():
             return max(timeout, FULL_SECONDS)
-        if self.empty_looks:
-            stretched = timeout * 2.0 ** min(self.empty_looks, 16)
+        if self.empty_since is not None:
+            stretched = (time.monotonic() - self.empty_since) * IDLE_SHARE
             return max(timeout, min(stretched, IDLE_SECONDS))
         return timeout
 
@@ -259,7 +265,10 @@ def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
             bell.queue = queue
             now = time.monotonic()
             bell.claimed.update((key, now) for key in claimed)
-            bell.empty_looks = bell.empty_looks + 1 if not claimed and stopped_by is None else 0
+            if claimed or stopped_by is not None:
+                bell.empty_since = None
+            elif bell.empty_since is None:
+                bell.empty_since = now
         return claimed, stopped_by
 
     return start_queued_workflows

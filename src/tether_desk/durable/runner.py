@@ -93,9 +93,9 @@ class DurableSettings:
     concurrency: int = 8
     """Tickets this process runs at a time (a run waiting for staff does not count)."""
     poll_seconds: float = 0.1
-    """How often the queue is polled for runs queued by other processes (stretched up to
-    1 s while it stays empty). A place freed here, a ticket or a decision queued from
-    this process are taken at once, not at the next poll."""
+    """How often the queue is polled for runs queued by other processes (stretched to a
+    quarter of how long it has been empty, up to 1 s). A place freed here, a ticket or a
+    decision queued from this process are taken at once, not at the next poll."""
     wait_poll_seconds: float = 1.0
     """SQLite only: how often each run waiting for a decision looks for it (PostgreSQL
     notifies at once). Every waiting run costs one query per look, and approvals can
