@@ -1,5 +1,6 @@
-"""A queue thread reads its queue's settings once per SETTINGS_SECONDS, any other caller
-every time; a DBOS whose queue polling changed is refused by name."""
+"""A queue thread reads its queue's settings and the application's latest version once
+per SETTINGS_SECONDS, any other caller every time; a DBOS whose queue polling changed is
+refused by name."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ class Log:
         self.reads.append(name)
         return {"name": name, "read": len(self.reads)}
 
+    def _is_latest_version(self, app_version: str, c: Any = None) -> bool:
+        self.reads.append(f"version {app_version}")
+        return len(self.reads) % 2 == 1
+
 
 def _in_thread(name: str, call: Any) -> Any:
     out: list[Any] = []
@@ -43,6 +48,12 @@ def test_a_queue_thread_reuses_the_settings_it_read(monkeypatch: pytest.MonkeyPa
     _in_thread(worker, lambda: log.get_queue("other"))  # per queue
     assert log.reads == ["tickets", "tickets", "tickets", "other"]
 
+    log.reads.clear()
+    latest = [_in_thread(worker, lambda: log._is_latest_version("1", "conn")) for _ in range(4)]
+    assert latest == [True] * 4 and log.reads == ["version 1"]
+    assert _in_thread("console", lambda: log._is_latest_version("1")) is False  # read again
+    assert log.reads == ["version 1", "version 1"]
+
     stale = Log()
     queueconfig.install(stale, seconds=0)  # no reuse past the time given
     for _ in range(3):
@@ -55,6 +66,7 @@ async def test_launch_installs_it_and_the_queue_still_runs(tmp_path: Path) -> No
     try:
         sys_db = _dbos._dbos_global_instance._sys_db  # type: ignore[union-attr]
         assert sys_db.get_queue.__qualname__.startswith("_reusing.")
+        assert sys_db._is_latest_version.__qualname__.startswith("_reusing_version.")
         queue = await DBOS.register_queue_async("qc", polling_interval_sec=0.05)
         handle = await queue.enqueue_async(double, 21)
         assert await handle.get_result() == 42

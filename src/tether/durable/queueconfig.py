@@ -2,15 +2,17 @@
 
 DBOS 3.4 keeps a registered queue's settings (concurrency, polling interval) in the system
 database and its queue thread reads them again before every look at the queue: one more
-transaction per look, a third of what an idle worker spends polling. :func:`install`
-lets a queue thread reuse what it read for :data:`SETTINGS_SECONDS`, so a change of a
-queue's settings reaches a running worker within that time instead of at its next look.
-Claims, counts and everything else of a look are unchanged; other callers (a client, a
-``DBOS.retrieve_queue``) always read the database.
+transaction per look, a third of what an idle worker spends polling; each look also reads
+the application's latest version (whether this worker may take runs of no version), a
+union of two probes of the versions table. :func:`install` lets a queue thread reuse
+what it read of both for :data:`SETTINGS_SECONDS`, so a change of a queue's settings or
+a newer version registered reaches a running worker within that time instead of at its
+next look. Claims, counts and everything else of a look are unchanged; other callers (a
+client, a ``DBOS.retrieve_queue``, a recovery) always read the database.
 
-It replaces ``get_queue`` on DBOS's running system database after checking that method and
-the queue thread's naming against the pinned DBOS's source; a release that changed them is
-refused with :class:`ConfigError`, naming the installed DBOS
+It replaces ``get_queue`` and ``_is_latest_version`` on DBOS's running system database
+after checking them and the queue thread's naming against the pinned DBOS's source; a
+release that changed them is refused with :class:`ConfigError`, naming the installed DBOS
 (``tests/durable/test_queueconfig.py``).
 """
 
@@ -29,15 +31,23 @@ SETTINGS_SECONDS = 5.0
 QUEUE_THREAD_PREFIX = "queue-worker-"
 """DBOS names each queue's thread ``queue-worker-NAME``."""
 
-_EXPECTED_DIGEST = "d9bd92437b5678a6"
-"""Digest of ``SystemDatabase.get_queue`` and the queue threads' code in DBOS 3.4.0."""
+_EXPECTED_DIGEST = "e89c1db6272df187"
+"""Digest of ``SystemDatabase.get_queue`` and ``._is_latest_version`` and the queue
+threads' code in DBOS 3.4.0."""
 
 
 def _source_digest() -> str:
     from dbos import _queue
     from dbos._sys_db import SystemDatabase
 
-    return source_digest(SystemDatabase.get_queue, _queue.queue_worker_thread, _queue.queue_thread)
+    from tether.durable.dispatch import dbos_queue_worker
+
+    return source_digest(
+        SystemDatabase.get_queue,
+        SystemDatabase._is_latest_version,
+        dbos_queue_worker(),
+        _queue.queue_thread,
+    )
 
 
 def install(sys_db: Any, seconds: float = SETTINGS_SECONDS) -> None:
@@ -45,15 +55,18 @@ def install(sys_db: Any, seconds: float = SETTINGS_SECONDS) -> None:
     ``seconds``."""
     require_known(_source_digest(), _EXPECTED_DIGEST, "its queue polling")
     sys_db.get_queue = _reusing(sys_db.get_queue, seconds)
+    sys_db._is_latest_version = _reusing_version(sys_db._is_latest_version, seconds)
+
+
+def _in_queue_thread() -> bool:
+    return threading.current_thread().name.startswith(QUEUE_THREAD_PREFIX)
 
 
 def _reusing(read: Callable[..., Any], seconds: float) -> Callable[..., Any]:
     read_at: dict[str, tuple[float, Any]] = {}
 
     def get_queue(name: str, *, client_system_database: Any = None) -> Any:
-        if client_system_database is not None or not threading.current_thread().name.startswith(
-            QUEUE_THREAD_PREFIX
-        ):
+        if client_system_database is not None or not _in_queue_thread():
             return read(name, client_system_database=client_system_database)
         now = time.monotonic()
         known = read_at.get(name)
@@ -64,3 +77,20 @@ def _reusing(read: Callable[..., Any], seconds: float) -> Callable[..., Any]:
         return queue
 
     return get_queue
+
+
+def _reusing_version(read: Callable[..., bool], seconds: float) -> Callable[..., bool]:
+    read_at: dict[str, tuple[float, bool]] = {}
+
+    def is_latest_version(app_version: str, c: Any = None) -> bool:
+        if not _in_queue_thread():
+            return read(app_version, c)
+        now = time.monotonic()
+        known = read_at.get(app_version)
+        if known is not None and now - known[0] < seconds:
+            return known[1]
+        latest = read(app_version, c)
+        read_at[app_version] = (now, latest)
+        return latest
+
+    return is_latest_version

@@ -148,9 +148,11 @@ def launch(config: DurableConfig | None = None) -> None:
     if is_launched():
         raise ConfigError("DBOS is already running in this process; call shutdown() first")
     logging.getLogger("dbos").removeFilter(_QUIET)
+    from tether.durable import dispatch, hops, outcome, prepared, queueconfig, steplog
+
+    dispatch.install()
     DBOS(config=config.dbos_config())
     DBOS.launch()
-    from tether.durable import hops, outcome, prepared, queueconfig, steplog
 
     steplog.install(_dbos_system_database())
     outcome.install(_dbos_system_database())
@@ -161,10 +163,12 @@ def launch(config: DurableConfig | None = None) -> None:
 
 def tune_client(client: Any) -> None:
     """Give a :class:`dbos.DBOSClient`'s own system database the statements compiled once
-    that :func:`launch` gives the runtime's (its enqueues write the same rows)."""
-    from tether.durable import prepared
+    that :func:`launch` gives the runtime's (its enqueues write the same rows), and let
+    its enqueues wake this process's queue threads at once (:mod:`~tether.durable.dispatch`)."""
+    from tether.durable import dispatch, prepared
 
     prepared.install(client._sys_db)
+    dispatch.watch_client(client)
 
 
 def _dbos_system_database() -> Any:

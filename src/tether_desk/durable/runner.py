@@ -93,9 +93,9 @@ class DurableSettings:
     concurrency: int = 8
     """Tickets this process runs at a time (a run waiting for staff does not count)."""
     poll_seconds: float = 0.1
-    """How often the queue is polled. A place freed in the queue is filled at the next
-    look, so a worker takes at most ``concurrency / poll_seconds`` tickets a second; a
-    look at an empty queue costs about half a millisecond of CPU."""
+    """How often the queue is polled for runs queued by other processes (stretched to a
+    quarter of how long it has been empty, up to 1 s). A place freed here, a ticket or a
+    decision queued from this process are taken at once, not at the next poll."""
     wait_poll_seconds: float = 1.0
     """SQLite only: how often each run waiting for a decision looks for it (PostgreSQL
     notifies at once). Every waiting run costs one query per look, and approvals can
