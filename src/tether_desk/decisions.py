@@ -46,6 +46,7 @@ _FOR_DECISION = (
         Approval.status,
         Approval.typed_amount_required,
         Approval.expires_at,
+        Approval.context,
         Ticket.order_id,
         Ticket.status.label("ticket_status"),
         Order.number,
@@ -125,7 +126,7 @@ def claim_decision(
             if approve:
                 approved = _check_approval(c, a, typed_amount, approve_cents)
             # a run no process can resume refuses it (the durable log, read under the lock)
-            legacy_wait = refuse_undeliverable(desk, a.run_id, a.call_id)
+            legacy_wait = refuse_undeliverable(desk, a.run_id, a.call_id, a.context)
             won = c.execute(
                 _DECIDE,
                 {

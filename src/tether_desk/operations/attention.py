@@ -119,7 +119,9 @@ def durable_log(desk: Desk) -> WorkflowLog | None:
     return log if isinstance(log, WorkflowLog) else None
 
 
-def refuse_undeliverable(desk: Desk, run_id: str, call_id: str) -> bool | None:
+def refuse_undeliverable(
+    desk: Desk, run_id: str, call_id: str, context: object = None
+) -> bool | None:
     """Raise :class:`~tether_desk.errors.Conflict` if the run waiting for the decision on
     ``call_id`` of ``run_id`` cannot receive it: failed, stopped, or logged by a version
     no live process runs.
@@ -127,13 +129,21 @@ def refuse_undeliverable(desk: Desk, run_id: str, call_id: str) -> bool | None:
     Only a run of the previous layout waits in a workflow of its own (``desk-wait:``);
     a decision on any other starts the workflow that applies it, under this version.
     Returns whether the run waits in such a workflow, for the delivery to use (``None``:
-    not known, a plain desk or the log unreachable). One primary-key read of the log
-    (the caller read the approval); the full view of the run only when its wait is not
-    plainly going on."""
+    not known, a plain desk or the log unreachable).
+
+    ``context``, the approval's: one that holds its trace's place
+    (:data:`~tether_desk.durable.flow.TRACE_SEQ`) was stored by this layout's step, which
+    logs no wait: nothing is read. Otherwise one primary-key read of the log (the caller
+    read the approval); the full view of the run only when its wait is not plainly going
+    on."""
     client, log = durable_client(desk), durable_log(desk)
     if client is None or log is None:
         return None
     from tether_desk.durable import wait_id
+    from tether_desk.durable.flow import TRACE_SEQ
+
+    if isinstance(context, dict) and TRACE_SEQ in context:
+        return False  # the previous layout's wait stored no trace's place
 
     # the previous layout logged the wait before the approval row (its first step wrote
     # it): a wait absent now is never logged later
