@@ -165,7 +165,7 @@ async def test_new_tickets_are_handed_over_once_sweeps_included(console: Durable
     assert all(w.status == "ENQUEUED" for w in listed)
 
 
-async def test_a_few_new_tickets_are_queued_in_the_consoles_thread_on_sqlite(
+async def test_a_few_new_tickets_are_queued_without_a_thread_hop_on_sqlite_only(
     console: DurableDesk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = console.desk.db
