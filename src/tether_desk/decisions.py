@@ -46,7 +46,9 @@ _FOR_DECISION = (
         Approval.status,
         Approval.typed_amount_required,
         Approval.expires_at,
+        Approval.context,
         Ticket.order_id,
+        Ticket.status.label("ticket_status"),
         Order.number,
         Order.amount_paid_cents,
     )
@@ -81,6 +83,9 @@ class Claimed:
     legacy_wait: bool | None = None
     """Whether the run waits for it in a workflow of the previous layout, as the claim
     found (``None``: not looked up; the delivery looks)."""
+    ticket_status: str | None = None
+    """The ticket's status as the claim read it (``None``: not read). A durable desk's
+    :func:`resume` returns it: the decision is applied later, by a worker."""
 
 
 def claim_decision(
@@ -102,7 +107,6 @@ def claim_decision(
     after the first on the same order or ticket."""
     from tether_desk.operations.attention import refuse_undeliverable
 
-    legacy_wait = refuse_undeliverable(desk, approval_id)  # a run no process can resume
     reason = reason.strip()[:MAX_REASON]
     now = utcnow()
     status = "approved" if approve else "denied"
@@ -121,6 +125,8 @@ def claim_decision(
             approved = None
             if approve:
                 approved = _check_approval(c, a, typed_amount, approve_cents)
+            # a run no process can resume refuses it (the durable log, read under the lock)
+            legacy_wait = refuse_undeliverable(desk, a.run_id, a.call_id, a.context)
             won = c.execute(
                 _DECIDE,
                 {
@@ -140,7 +146,16 @@ def claim_decision(
         raise Conflict("Someone decided this approval first; nothing was changed.")
     why = "" if approve else (reason or DENIED)
     decision = Decision(a.call_id, a.arguments_hash, approve, why, a.run_id)
-    return Claimed(a.id, a.ticket_id, a.run_id, a.state_version, decision, staff_id, legacy_wait)
+    return Claimed(
+        a.id,
+        a.ticket_id,
+        a.run_id,
+        a.state_version,
+        decision,
+        staff_id,
+        legacy_wait,
+        a.ticket_status,
+    )
 
 
 def _check_approval(c: Connection, a: Any, typed_amount: str, approve_cents: int | None) -> int:
@@ -199,6 +214,8 @@ async def resume(desk: Desk, claimed: Claimed, *, replay: bool = False) -> str:
             claimed.decision, decided_ticket=claimed.ticket_id, legacy_wait=claimed.legacy_wait
         )
         desk.changed(claimed.ticket_id)
+        if claimed.ticket_status is not None:  # what the claim read: the run goes on later
+            return claimed.ticket_status
         from tether_desk.pipeline import ticket_status
 
         return ticket_status(desk.db, claimed.ticket_id)

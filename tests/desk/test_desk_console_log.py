@@ -5,11 +5,12 @@ A decision on a run of the previous layout, which waits for it in a workflow of 
 while that workflow is stopped or logged by a version no live process runs, and taken
 once a process of that version beats again. A run of the current layout gets its finish
 workflow, its wait looked up once. New tickets are handed to the queue once, sweeps
-included.
+included; on SQLite a few of them are queued without a thread hop.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from tether_desk.durable import (
     wait_id,
     workflow_id,
 )
-from tether_desk.durable.runner import SWEEP_EVERY
+from tether_desk.durable.runner import INLINE_TICKETS, SWEEP_EVERY
 from tether_desk.errors import Conflict
 from tether_desk.models import Approval, Ticket
 from tether_desk.money import format_cents
@@ -39,6 +40,7 @@ from tether_desk.operations.liveness import beat
 from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.seed import seed
+from tether_desk.tickets import open_ticket
 
 PARKED = "tests.parked"
 """A queue no process takes from: the wait stays as the previous layout left it."""
@@ -161,3 +163,33 @@ async def test_new_tickets_are_handed_over_once_sweeps_included(console: Durable
     listed = console.client.list_workflows(name=TICKET_WORKFLOW, load_input=False)
     assert sorted(w.workflow_id for w in listed) == sorted(workflow_id(t) for t in new)
     assert all(w.status == "ENQUEUED" for w in listed)
+
+
+async def test_a_few_new_tickets_are_queued_without_a_thread_hop_on_sqlite_only(
+    console: DurableDesk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = console.desk.db
+    tid = ticket_id_by_order(db, "C-2210")
+    with db.read_connection() as c:
+        customer = int(c.scalar(sa.select(Ticket.customer_id).where(Ticket.id == tid)) or 0)
+    hops: list[object] = []
+    real_hop = asyncio.to_thread
+
+    def hop(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn)
+        return real_hop(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", hop)
+    assert await console.submit_new() > 0  # the first call sweeps every new ticket
+    assert len(hops) == 1  # in a thread, as every sweep
+    one = open_ticket(db, customer, "C-2210", "Encore", "Toujours rien recu.")
+    assert await console.submit_new() == 1
+    assert len(hops) == (1 if db.dialect == "sqlite" else 2)  # SQLite: no hop for one
+    many = [
+        open_ticket(db, customer, "C-2210", "Encore", f"Message {i}.")
+        for i in range(INLINE_TICKETS + 1)
+    ]
+    assert await console.submit_new() == len(many)
+    assert len(hops) == (2 if db.dialect == "sqlite" else 3)  # more than a few: in a thread
+    queued = console.log.existing(workflow_id(t) for t in [one, *many])
+    assert queued == {workflow_id(t) for t in [one, *many]}

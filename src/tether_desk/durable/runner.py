@@ -62,6 +62,9 @@ QUEUE = "tether_desk.tickets"
 SWEEP_EVERY = 12
 """Every this many calls, :meth:`DurableDesk.submit_new` hands over every new ticket again
 (already queued ones are not queued twice), in case one committed out of id order."""
+INLINE_TICKETS = 8
+"""On a SQLite log, :meth:`DurableDesk.submit_new` queues up to this many tickets in the
+caller's thread (a few short writes); more, or a sweep, go to a worker thread."""
 _NEW_AFTER = (
     select(Ticket.id, Ticket.round)
     .where(Ticket.status == "new", (Ticket.id > bindparam("after")) | (Ticket.round > 0))
@@ -128,6 +131,9 @@ class DurableDesk:
         self.process = process
         """Whether :meth:`start` launches DBOS here to run tickets (else it only connects)."""
         self.boundary = boundary
+        self.inline = self.url.startswith("sqlite:")
+        """Whether the console's short writes to the log run in the caller's thread (a
+        SQLite log: the desk's own writes do too) instead of a worker thread."""
         self.processing = False
         self._client: DBOSClient | None = None
         self._log: WorkflowLog | None = None
@@ -238,10 +244,18 @@ class DurableDesk:
         their ids, so a sweep writes nothing for them."""
         self._calls += 1
         after = 0 if self._calls % SWEEP_EVERY == 1 else self._high_water
-        return await asyncio.to_thread(self._submit_new_after, after)
+        if not (self.inline and after):  # a sweep reads every new ticket: in a thread
+            return await asyncio.to_thread(self._submit_new_after, after)
+        rows = self._new_after(after)  # past the last look: a ticket or two, usually
+        if len(rows) > INLINE_TICKETS:
+            return await asyncio.to_thread(self._submit, rows)
+        return self._submit(rows)
 
     def _submit_new_after(self, after: int) -> int:
-        rows = self._new_after(after)
+        return self._submit(self._new_after(after))
+
+    def _submit(self, rows: list[tuple[int, int]]) -> int:
+        """Queue the tickets of ``rows`` (id, round) that the log does not hold yet."""
         if not rows:
             return 0
         self._high_water = max(self._high_water, *(t for t, _ in rows))
@@ -291,6 +305,9 @@ class DurableDesk:
         if ticket is None:  # not decided (a forged or early message): nothing to apply
             return
         options = self._options(FINISH_WORKFLOW, finish_id(decision.run_id, decision.call_id))
+        if self.inline:  # one short transaction on the log: a thread hop would cost more
+            self.client.enqueue(options, ticket, decision.run_id, decision.call_id)
+            return
         await self.client.enqueue_async(options, ticket, decision.run_id, decision.call_id)
 
     def _decided_ticket(self, decision: Decision) -> int | None:

@@ -16,11 +16,8 @@ import asyncio
 import time
 from typing import Any
 
-from sqlalchemy import bindparam, select
-
 from tether.durable.status import WorkflowLog
 from tether_desk.errors import Conflict
-from tether_desk.models import Approval
 from tether_desk.operations.liveness import executors
 from tether_desk.operations.runs import RunRow, attention_by_ticket, get_run, list_runs
 from tether_desk.pipeline import Desk
@@ -30,9 +27,6 @@ STALE_SECONDS = 10.0
 """A page shows a list this old at most while its refresh runs (older: it waits for it)."""
 _cache: dict[int, tuple[float, list[RunRow]]] = {}
 _refreshing: dict[int, asyncio.Future[list[RunRow]]] = {}
-_RUN_AND_CALL = select(Approval.run_id, Approval.call_id).where(
-    Approval.id == bindparam("approval_id")
-)
 _needing: dict[int, tuple[list[RunRow], dict[int, RunRow]]] = {}
 """Per desk: the kept list and its tickets needing attention (pages read it, never change it)."""
 
@@ -125,27 +119,35 @@ def durable_log(desk: Desk) -> WorkflowLog | None:
     return log if isinstance(log, WorkflowLog) else None
 
 
-def refuse_undeliverable(desk: Desk, approval_id: int) -> bool | None:
-    """Raise :class:`~tether_desk.errors.Conflict` if the run waiting for this decision
-    cannot receive it: failed, stopped, or logged by a version no live process runs.
+def refuse_undeliverable(
+    desk: Desk, run_id: str, call_id: str, context: object = None
+) -> bool | None:
+    """Raise :class:`~tether_desk.errors.Conflict` if the run waiting for the decision on
+    ``call_id`` of ``run_id`` cannot receive it: failed, stopped, or logged by a version
+    no live process runs.
 
     Only a run of the previous layout waits in a workflow of its own (``desk-wait:``);
     a decision on any other starts the workflow that applies it, under this version.
     Returns whether the run waits in such a workflow, for the delivery to use (``None``:
-    not known, a plain desk or no such approval). One primary-key read of the log; the
-    full view of the run only when its wait is not plainly going on."""
+    not known, a plain desk or the log unreachable).
+
+    ``context``, the approval's: one that holds its trace's place
+    (:data:`~tether_desk.durable.flow.TRACE_SEQ`) was stored by this layout's step, which
+    logs no wait: nothing is read. Otherwise one primary-key read of the log (the caller
+    read the approval); the full view of the run only when its wait is not plainly going
+    on."""
     client, log = durable_client(desk), durable_log(desk)
     if client is None or log is None:
         return None
-    with desk.db.read_connection() as c:
-        found = c.execute(_RUN_AND_CALL, {"approval_id": approval_id}).one_or_none()
-    if found is None:
-        return None
     from tether_desk.durable import wait_id
+    from tether_desk.durable.flow import TRACE_SEQ
+
+    if isinstance(context, dict) and TRACE_SEQ in context:
+        return False  # the previous layout's wait stored no trace's place
 
     # the previous layout logged the wait before the approval row (its first step wrote
     # it): a wait absent now is never logged later
-    wid, version = wait_id(found[0], found[1]), current_version(desk)
+    wid, version = wait_id(run_id, call_id), current_version(desk)
     try:
         status = log.get(wid)
     except Exception:  # the log unreachable: the decision is stored, delivered later
