@@ -10,10 +10,12 @@ workflows (DBOS's loop, a thread of its own) in one interpreter, so they share o
   ``quiet`` seconds ago (the next one of a busy console is already on its way: it waits
   in the socket for the loop to read it);
 * a durable step, before its body, calls :meth:`PagesFirst.give_way`. While the pages
-  are not busy it returns at once. While they are, the step waits until they are not, or
-  until its turn: the steps' turns come one at a time, ``spacing`` seconds apart. The
-  workflows so keep ``1 / spacing`` steps a second however busy the pages are (they never
-  starve), and a step waits at most ``spacing`` times its place among the waiting steps.
+  are not busy it returns at once. While they are, the step waits for its turn: the
+  steps' turns come one at a time, ``spacing`` seconds apart. The workflows so keep
+  ``1 / spacing`` steps a second however busy the pages are (they never starve), and a
+  step waits at most ``spacing`` times its place among the waiting steps. A waiting step
+  looks again every ``LOOK`` seconds at most (few wake-ups: each takes the GIL from the
+  pages): once the pages are no longer busy, it goes without waiting for its turn.
 
 A desk whose web app runs elsewhere (a ``tether worker`` process, ``--workers N``)
 counts nothing here: its steps never wait.
@@ -25,11 +27,13 @@ import asyncio
 import threading
 import time
 
-SPACING = 0.05
+SPACING = 0.1
 """Seconds between two steps' turns while the pages are busy (measured: see
 docs/durable.md, "Pages first")."""
 QUIET = 0.02
 """Seconds without a request after which the pages are no longer busy."""
+LOOK = 0.1
+"""Seconds at most between two looks of a waiting step at the pages."""
 
 
 class PagesFirst:
@@ -75,7 +79,7 @@ class PagesFirst:
             turn = max(time.monotonic(), self._next_turn) + self.spacing
             self._next_turn = turn
         while (left := turn - time.monotonic()) > 0:
-            await asyncio.sleep(min(left, self.quiet))
+            await asyncio.sleep(min(left, LOOK))  # few wake-ups: each takes the GIL
             if not self.busy():
                 self._next_turn = float("-inf")
                 return
