@@ -44,6 +44,7 @@ from tether_desk.models import Customer, Draft, Message, Order, Ticket
 from tether_desk.money import format_cents
 from tether_desk.notify import Mailer, queue_approval, queue_reply
 from tether_desk.orders import OrderView, order_view, order_view_and_waiting
+from tether_desk.priority import PagesFirst
 from tether_desk.thread import follow_up, joined_text, newest_within_cap
 from tether_desk.tickets import MAX_BODY, agent_draft, set_ticket
 from tether_desk.trace import RunRecorder
@@ -136,6 +137,9 @@ class Desk:
     """Conversations and inbox settings (reopen window, waiting-time target)."""
     mailer: Mailer | None = None
     """Where notifications go (``None``: they wait in the outbox, unsent)."""
+    pages: PagesFirst = field(default_factory=PagesFirst)
+    """The web app's requests in flight, which durable steps give way to
+    (:mod:`tether_desk.priority`; counted by the console when it runs in this process)."""
 
     def changed(self, ticket_id: int) -> None:
         """Tell listeners that ``ticket_id`` changed."""

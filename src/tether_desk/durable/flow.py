@@ -214,6 +214,7 @@ class Flow:
         ``NAME.before`` and ``NAME.returned`` (its work done, the step not yet logged)."""
 
         async def body() -> T:
+            await self.desk.pages.give_way()  # pages first (tether_desk.priority)
             await self.at(f"{name}.before")
             out = await fn(*args)
             await self.at(f"{name}.returned")

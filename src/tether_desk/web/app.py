@@ -31,7 +31,9 @@ from tether_desk.models import Setting
 from tether_desk.money import format_cents
 from tether_desk.notify import start_outbox
 from tether_desk.pipeline import Desk
+from tether_desk.priority import PagesFirst
 from tether_desk.web.csrf import Csrf, cookie_names, cookie_pairs
+from tether_desk.web.pages import CountPages
 from tether_desk.web.security import BodyGuard, SecurityHeaders
 from tether_desk.web.sessions import SessionStore
 from tether_desk.web.settings import WebSettings
@@ -128,9 +130,13 @@ class DeskApp(FastAPI):
     responses included (and the trusted proxies' headers read first)."""
 
     web: WebSettings = WebSettings()
+    pages: PagesFirst | None = None
+    """Where the requests in flight are counted (the desk's: its durable steps give way)."""
 
     def build_middleware_stack(self) -> ASGIApp:
         app: Any = SecurityHeaders(super().build_middleware_stack(), self.web.hsts_seconds)
+        if self.pages is not None:
+            app = CountPages(app, self.pages)
         if self.web.trusted_proxies:
             app = ProxyHeadersMiddleware(app, trusted_hosts=list(self.web.trusted_proxies))
         wrapped: ASGIApp = app
@@ -202,6 +208,7 @@ def create_app(
         openapi_url="/api/openapi.json",
     )
     app.web = web
+    app.pages = desk.pages
     app.state.desk = desk
     app.state.settings = web
     app.state.sessions = sessions
