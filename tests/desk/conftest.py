@@ -1,9 +1,11 @@
 """Fixtures of the desk's tests: a migrated SQLite file per test, seeded; a fresh
-PostgreSQL database per test on the session's server (``tests/conftest.py``); for the
+PostgreSQL database per test on the session's server (``tests/conftest.py``); a durable desk
+per test module; for the
 browser tests, Debian's Chromium and ``tether serve`` on a fresh database."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +34,23 @@ def db(tmp_path: Path) -> Iterator[Database]:
 @pytest.fixture
 def desk(db: Database) -> Desk:
     return Desk(db, DeskScriptedModel())
+
+
+@pytest.fixture(scope="module")
+def durable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
+    """A seeded desk whose tickets run as workflows in this process (DBOS launched, quick
+    polls), one per test module."""
+    from tether_desk.durable import DurableDesk, DurableSettings
+
+    db = Database(sqlite_url(tmp_path_factory.mktemp("durable-desk") / "desk.db"))
+    db.migrate()
+    seed(db)
+    desk = Desk(db, DeskScriptedModel())
+    runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05, wait_poll_seconds=0.05))
+    asyncio.run(runs.start())
+    yield desk
+    asyncio.run(runs.stop())
+    db.dispose()
 
 
 @pytest.fixture

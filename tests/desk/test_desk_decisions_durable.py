@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,31 +16,15 @@ from helpers import pending_approval, refunds_by_order, staff_id
 from sqlalchemy import insert, select
 
 from tether.durable.status import WorkflowLog
-from tether_desk.db import Database, sqlite_url
+from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
-from tether_desk.durable import DurableDesk, DurableSettings, finish_id
+from tether_desk.durable import DurableDesk, finish_id
 from tether_desk.durable.flow import TRACE_SEQ
 from tether_desk.models import Customer, Order
 from tether_desk.pipeline import Desk, ticket_status
-from tether_desk.scripted import DeskScriptedModel
-from tether_desk.seed import seed
 from tether_desk.tickets import open_ticket
 
 TEXT = "Le colis est arrive abime, merci de me rembourser 12 EUR."
-
-
-@pytest.fixture(scope="module")
-def durable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
-    """A seeded desk whose tickets run as workflows in this process (DBOS launched)."""
-    db = Database(sqlite_url(tmp_path_factory.mktemp("decisions-durable") / "desk.db"))
-    db.migrate()
-    seed(db)
-    desk = Desk(db, DeskScriptedModel())
-    runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05, wait_poll_seconds=0.05))
-    asyncio.run(runs.start())
-    yield desk
-    asyncio.run(runs.stop())
-    db.dispose()
 
 
 async def _until(db: Database, ticket_id: int, status: str) -> str:

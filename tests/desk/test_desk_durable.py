@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
@@ -25,28 +25,13 @@ from tether.tools import ToolSpec
 from tether_desk.agent import TicketScope
 from tether_desk.db import Database, sqlite_url
 from tether_desk.decisions import claim_decision, decide, expire_due, recover_decided, resume
-from tether_desk.durable import DurableDesk, DurableSettings, finish_id, flow, workflow_id
+from tether_desk.durable import DurableDesk, finish_id, flow, workflow_id
 from tether_desk.durable.flow import Flow
 from tether_desk.durable.recorder import ReplayableRecorder
 from tether_desk.models import Approval, Customer, Order, Refund, Run, RunEvent, Ticket
 from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.scripted import DeskScriptedModel
-from tether_desk.seed import seed
 from tether_desk.tickets import draft_of
-
-
-@pytest.fixture(scope="module")
-def durable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
-    """A seeded desk whose tickets run as workflows in this process (DBOS launched)."""
-    db = Database(sqlite_url(tmp_path_factory.mktemp("durable-desk") / "desk.db"))
-    db.migrate()
-    seed(db)
-    desk = Desk(db, DeskScriptedModel())
-    runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05, wait_poll_seconds=0.05))
-    asyncio.run(runs.start())
-    yield desk
-    asyncio.run(runs.stop())
-    db.dispose()
 
 
 def add_ticket(db: Database, body: str, paid: int = 4000) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,9 @@ from fastapi import Request
 from fastapi.testclient import TestClient
 from test_desk_durable import add_ticket, until
 
-from tether_desk.db import Database, sqlite_url
-from tether_desk.durable import DurableDesk, DurableSettings, workflow_id
+from tether_desk.durable import workflow_id
 from tether_desk.pipeline import Desk
 from tether_desk.priority import PagesFirst
-from tether_desk.scripted import DeskScriptedModel
-from tether_desk.seed import seed
 from tether_desk.web.app import create_app
 from tether_desk.web.pages import CountPages
 
@@ -135,20 +131,6 @@ async def test_a_request_that_fails_is_no_longer_counted() -> None:
     assert pages.in_flight == 0
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
-    """A seeded durable desk, DBOS launched in this process."""
-    db = Database(sqlite_url(tmp_path_factory.mktemp("pages-first") / "desk.db"))
-    db.migrate()
-    seed(db)
-    desk = Desk(db, DeskScriptedModel())
-    runs = DurableDesk(desk, DurableSettings(poll_seconds=0.05, wait_poll_seconds=0.05))
-    asyncio.run(runs.start())
-    yield desk
-    asyncio.run(runs.stop())
-    db.dispose()
-
-
 def test_the_console_counts_its_requests_on_the_desk(desk: Desk) -> None:
     app = create_app(desk, start_worker=False)
     seen: list[int] = []
@@ -163,8 +145,8 @@ def test_the_console_counts_its_requests_on_the_desk(desk: Desk) -> None:
     assert seen == [1] and desk.pages.in_flight == 0
 
 
-async def test_a_durable_ticket_waits_for_the_page_then_runs(served: Desk) -> None:
-    pages, db, runs = served.pages, served.db, served.runs
+async def test_a_durable_ticket_waits_for_the_page_then_runs(durable: Desk) -> None:
+    pages, db, runs = durable.pages, durable.db, durable.runs
     assert runs is not None
     pages.spacing, pages.quiet = 60, 0.01
     pages.entered()  # a page in flight, its end a minute away
@@ -183,8 +165,8 @@ async def test_a_durable_ticket_waits_for_the_page_then_runs(served: Desk) -> No
     assert await until(db, tid, "awaiting_approval") == "awaiting_approval"
 
 
-async def test_a_durable_ticket_runs_while_pages_never_end(served: Desk) -> None:
-    pages, db, runs = served.pages, served.db, served.runs
+async def test_a_durable_ticket_runs_while_pages_never_end(durable: Desk) -> None:
+    pages, db, runs = durable.pages, durable.db, durable.runs
     assert runs is not None
     pages.spacing, pages.quiet = 0.05, 0.01
     pages.entered()  # pages in flight all along: the step's turn still comes
