@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import asyncio
+
+from sqlalchemy import insert, select
 
 from tether_desk.db import Database
 from tether_desk.models import Approval, Customer, Order, Refund, Staff, Ticket
@@ -56,3 +58,40 @@ def ticket(db: Database, ticket_id: int) -> Ticket:
         assert t is not None
         s.expunge(t)
         return t
+
+
+def add_ticket(db: Database, body: str, paid: int = 4000, number: str | None = None) -> int:
+    """A new ticket on an order of its own (``number``, or the next ``C-9xxx``)."""
+    with db.write() as s:
+        customer = s.scalar(select(Customer.id).where(Customer.email.like("paul%")))
+        count = len(s.scalars(select(Order.id)).all())
+        order = s.execute(
+            insert(Order)
+            .values(
+                number=number or f"C-{9000 + count:04d}",
+                customer_id=customer,
+                status="delivered",
+                amount_paid_cents=paid,
+                shipping_address="3 quai Voltaire, 75007 Paris",
+                payment_method="paypal",
+            )
+            .returning(Order.id)
+        ).scalar_one()
+        return int(
+            s.execute(
+                insert(Ticket)
+                .values(customer_id=customer, order_id=order, subject="Colis", body=body)
+                .returning(Ticket.id)
+            ).scalar_one()
+        )
+
+
+async def until_status(db: Database, ticket_id: int, *statuses: str) -> str:
+    """The ticket's status once it is one of ``statuses`` (a minute at most)."""
+    for _ in range(1200):
+        with db.read_connection() as c:
+            status = c.scalar(select(Ticket.status).where(Ticket.id == ticket_id))
+        if status in statuses:
+            return str(status)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"ticket {ticket_id} stayed {status}")

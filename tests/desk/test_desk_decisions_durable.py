@@ -12,45 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import pending_approval, refunds_by_order, staff_id
-from sqlalchemy import insert, select
+from helpers import add_ticket, pending_approval, refunds_by_order, staff_id, until_status
 
 from tether.durable.status import WorkflowLog
-from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.durable import DurableDesk, finish_id
 from tether_desk.durable.flow import TRACE_SEQ
-from tether_desk.models import Customer, Order
-from tether_desk.pipeline import Desk, ticket_status
-from tether_desk.tickets import open_ticket
+from tether_desk.pipeline import Desk
 
 TEXT = "Le colis est arrive abime, merci de me rembourser 12 EUR."
-
-
-async def _until(db: Database, ticket_id: int, status: str) -> str:
-    for _ in range(1200):
-        now = ticket_status(db, ticket_id)
-        if now == status:
-            return now
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"ticket {ticket_id} stayed {now}")
-
-
-def _refund_ticket(db: Database, number: str) -> int:
-    """A refund ticket on an order of its own (paid 40 EUR)."""
-    with db.write() as s:
-        customer = s.scalar(select(Customer.id).where(Customer.email.like("paul%")))
-        s.execute(
-            insert(Order).values(
-                number=number,
-                customer_id=customer,
-                status="delivered",
-                amount_paid_cents=4000,
-                shipping_address="3 quai Voltaire, 75007 Paris",
-                payment_method="paypal",
-            )
-        )
-    return open_ticket(db, int(customer or 0), number, "Colis abime", TEXT)
 
 
 def _on_this_thread(calls: list[str]) -> Callable[..., Any]:
@@ -74,9 +44,9 @@ async def test_a_decision_on_this_layouts_run_reads_no_log_and_hops_to_no_thread
 ) -> None:
     runs = durable.runs
     assert isinstance(runs, DurableDesk)
-    tid = _refund_ticket(durable.db, "C-7001")
+    tid = add_ticket(durable.db, TEXT, number="C-7001")
     await runs.submit_new()
-    assert await _until(durable.db, tid, "awaiting_approval") == "awaiting_approval"
+    assert await until_status(durable.db, tid, "awaiting_approval") == "awaiting_approval"
     approval = pending_approval(durable.db, tid)
     assert approval is not None and TRACE_SEQ in approval.context  # this layout's step
     calls: list[str] = []
@@ -89,7 +59,7 @@ async def test_a_decision_on_this_layouts_run_reads_no_log_and_hops_to_no_thread
     assert await resume(durable, claimed) == "awaiting_approval"  # as the claim read it
     assert calls == []  # neither the log read nor a thread hop, on the console's thread
 
-    assert await _until(durable.db, tid, "draft_ready") == "draft_ready"
+    assert await until_status(durable.db, tid, "draft_ready") == "draft_ready"
     finish = runs.log.get(finish_id(approval.run_id, approval.call_id))
     assert finish is not None and finish.status == "SUCCESS"
     assert refunds_by_order(durable.db)["C-7001"] == 1200
@@ -100,9 +70,9 @@ async def test_a_second_decision_on_the_same_approval_is_refused_before_the_log(
 ) -> None:
     runs = durable.runs
     assert isinstance(runs, DurableDesk)
-    tid = _refund_ticket(durable.db, "C-7002")
+    tid = add_ticket(durable.db, TEXT, number="C-7002")
     await runs.submit_new()
-    await _until(durable.db, tid, "awaiting_approval")
+    await until_status(durable.db, tid, "awaiting_approval")
     approval = pending_approval(durable.db, tid)
     assert approval is not None
     sid = staff_id(durable.db)
@@ -113,4 +83,4 @@ async def test_a_second_decision_on_the_same_approval_is_refused_before_the_log(
     with pytest.raises(Exception, match="already denied"):
         claim_decision(durable, approval.id, sid, approve=True, typed_amount="12.00")
     assert calls == []
-    assert await _until(durable.db, tid, "draft_ready") == "draft_ready"
+    assert await until_status(durable.db, tid, "draft_ready") == "draft_ready"

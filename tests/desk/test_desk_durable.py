@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from dbos import DBOS
-from helpers import pending_approval, refunds_by_order, staff_id
-from sqlalchemy import insert, select, update
+from helpers import add_ticket, pending_approval, refunds_by_order, staff_id, until_status
+from sqlalchemy import select, update
 
 from tether.clients import BaseChatClient, ChatOptions, ChatResponse
 from tether.messages import Message
@@ -28,45 +28,10 @@ from tether_desk.decisions import claim_decision, decide, expire_due, recover_de
 from tether_desk.durable import DurableDesk, finish_id, flow, workflow_id
 from tether_desk.durable.flow import Flow
 from tether_desk.durable.recorder import ReplayableRecorder
-from tether_desk.models import Approval, Customer, Order, Refund, Run, RunEvent, Ticket
+from tether_desk.models import Approval, Order, Refund, Run, RunEvent, Ticket
 from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.tickets import draft_of
-
-
-def add_ticket(db: Database, body: str, paid: int = 4000) -> int:
-    with db.write() as s:
-        customer = s.scalar(select(Customer.id).where(Customer.email.like("paul%")))
-        count = len(s.scalars(select(Order.id)).all())
-        order = s.execute(
-            insert(Order)
-            .values(
-                number=f"C-{9000 + count:04d}",
-                customer_id=customer,
-                status="delivered",
-                amount_paid_cents=paid,
-                shipping_address="3 quai Voltaire, 75007 Paris",
-                payment_method="paypal",
-            )
-            .returning(Order.id)
-        ).scalar_one()
-        return int(
-            s.execute(
-                insert(Ticket)
-                .values(customer_id=customer, order_id=order, subject="Colis", body=body)
-                .returning(Ticket.id)
-            ).scalar_one()
-        )
-
-
-async def until(db: Database, ticket_id: int, *statuses: str) -> str:
-    for _ in range(1200):
-        with db.read_connection() as c:
-            status = c.scalar(select(Ticket.status).where(Ticket.id == ticket_id))
-        if status in statuses:
-            return str(status)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"ticket {ticket_id} stayed {status}")
 
 
 def trace(db: Database, ticket_id: int) -> list[tuple[str, list[str]]]:
@@ -94,7 +59,7 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
     tid = add_ticket(durable.db, body)
     assert durable.runs is not None
     await durable.runs.submit_new()
-    assert await until(durable.db, tid, "awaiting_approval") == "awaiting_approval"
+    assert await until_status(durable.db, tid, "awaiting_approval") == "awaiting_approval"
     approval = pending_approval(durable.db, tid)
     assert approval is not None and approval.amount_cents == 1500
     with durable.db.read_connection() as c:  # where the decision's step goes on in the trace
@@ -106,7 +71,7 @@ async def test_a_refund_takes_the_plain_pipelines_path_as_logged_steps(
     assert requested is not None and approval.context["trace_seq"] == requested
     status = await decide(durable, approval.id, staff_id(durable.db), approve=True)
     assert status == "awaiting_approval"  # the decision started the run's finish
-    assert await until(durable.db, tid, "draft_ready") == "draft_ready"
+    assert await until_status(durable.db, tid, "draft_ready") == "draft_ready"
     draft = draft_of(durable.db, tid)
     assert draft is not None and "rembourse 15.00 EUR" in draft.body
 
@@ -143,11 +108,11 @@ async def test_a_denial_refunds_nothing_and_the_agent_drafts_a_reply(durable: De
     tid = add_ticket(durable.db, "Article manquant, remboursez-moi 9 EUR svp.")
     assert durable.runs is not None
     await durable.runs.submit_new()
-    await until(durable.db, tid, "awaiting_approval")
+    await until_status(durable.db, tid, "awaiting_approval")
     approval = pending_approval(durable.db, tid)
     assert approval is not None
     await decide(durable, approval.id, staff_id(durable.db), approve=False, reason="photo first")
-    await until(durable.db, tid, "draft_ready")
+    await until_status(durable.db, tid, "draft_ready")
     with durable.db.read_connection() as c:
         assert c.scalar(select(Refund.id).where(Refund.ticket_id == tid)) is None
     draft = draft_of(durable.db, tid)
@@ -160,11 +125,11 @@ async def test_an_approval_past_its_time_is_denied_from_the_console(durable: Des
         tid = add_ticket(durable.db, "Colis casse, je demande 5 EUR.")
         assert durable.runs is not None
         await durable.runs.submit_new()
-        await until(durable.db, tid, "awaiting_approval")
+        await until_status(durable.db, tid, "awaiting_approval")
     finally:
         durable.approval_ttl = timedelta(hours=24)
     assert await expire_due(durable) >= 1  # the console's loop does this once a minute
-    await until(durable.db, tid, "draft_ready")
+    await until_status(durable.db, tid, "draft_ready")
     with durable.db.read_connection() as c:
         status = c.scalar(select(Approval.status).where(Approval.ticket_id == tid))
         assert c.scalar(select(Refund.id).where(Refund.ticket_id == tid)) is None
@@ -176,7 +141,7 @@ async def test_queued_twice_decided_twice_forged_once_refunds_once(durable: Desk
     assert isinstance(runs, DurableDesk)
     tid = add_ticket(durable.db, "Colis abime, remboursez 7 EUR.")
     await asyncio.gather(runs.submit(tid), runs.submit(tid), runs.submit_new())
-    await until(durable.db, tid, "awaiting_approval")
+    await until_status(durable.db, tid, "awaiting_approval")
     approval = pending_approval(durable.db, tid)
     assert approval is not None
     # a forged decision (other arguments) on a pending approval starts nothing
@@ -186,7 +151,7 @@ async def test_queued_twice_decided_twice_forged_once_refunds_once(durable: Desk
     claimed = claim_decision(durable, approval.id, staff_id(durable.db), approve=True)
     await resume(durable, claimed)
     await resume(durable, claimed, replay=True)  # sent again: applied once
-    await until(durable.db, tid, "draft_ready")
+    await until_status(durable.db, tid, "draft_ready")
     assert await recover_decided(durable) == 0  # nothing left to send
     with durable.db.read_connection() as c:
         refunds = c.scalars(select(Refund.amount_cents).where(Refund.ticket_id == tid)).all()
@@ -238,7 +203,7 @@ async def test_a_triage_that_breaks_hands_the_ticket_to_a_person(durable: Desk) 
         tid = add_ticket(durable.db, "Colis abime, remboursez-moi 3 EUR.")
         assert durable.runs is not None
         await durable.runs.submit_new()
-        assert await until(durable.db, tid, "failed", "needs_human") == "failed"
+        assert await until_status(durable.db, tid, "failed", "needs_human") == "failed"
     finally:
         durable.triage_client = None
     workflows = await DBOS.list_workflows_async(workflow_ids=[workflow_id(tid)])
@@ -281,7 +246,7 @@ async def test_a_ticket_logged_by_the_previous_layout_stores_its_approval_in_its
         patched.setattr(Flow, "_settle", previous)
         old = add_ticket(durable.db, body)
         await durable.runs.submit_new()
-        await until(durable.db, old, "awaiting_approval")
+        await until_status(durable.db, old, "awaiting_approval")
     steps = await DBOS.list_workflow_steps_async(workflow_id(old))
     assert [s["function_name"] for s in steps] == ["desk.triage", "desk.approval"]
     approval = pending_approval(durable.db, old)
@@ -290,15 +255,15 @@ async def test_a_ticket_logged_by_the_previous_layout_stores_its_approval_in_its
         context = {k: v for k, v in approval.context.items() if k != "trace_seq"}
         c.execute(update(Approval).where(Approval.id == approval.id).values(context=context))
     await decide(durable, approval.id, staff_id(durable.db), approve=True)
-    assert await until(durable.db, old, "draft_ready") == "draft_ready"
+    assert await until_status(durable.db, old, "draft_ready") == "draft_ready"
 
     new = add_ticket(durable.db, body)
     await durable.runs.submit_new()
-    await until(durable.db, new, "awaiting_approval")
+    await until_status(durable.db, new, "awaiting_approval")
     waiting = pending_approval(durable.db, new)
     assert waiting is not None
     await decide(durable, waiting.id, staff_id(durable.db), approve=True)
-    assert await until(durable.db, new, "draft_ready") == "draft_ready"
+    assert await until_status(durable.db, new, "draft_ready") == "draft_ready"
     assert [(k, sorted(e)) for k, e in trace(durable.db, old)] == [
         (k, sorted(e)) for k, e in trace(durable.db, new)
     ]
@@ -335,11 +300,11 @@ async def test_on_sqlite_the_step_bodies_run_on_the_workflows_loop(
     tid = add_ticket(durable.db, "Colis abime, je demande 4 EUR.")
     assert durable.runs is not None
     await durable.runs.submit_new()
-    await until(durable.db, tid, "awaiting_approval")
+    await until_status(durable.db, tid, "awaiting_approval")
     approval = pending_approval(durable.db, tid)
     assert approval is not None
     await decide(durable, approval.id, staff_id(durable.db), approve=True)
-    await until(durable.db, tid, "draft_ready")
+    await until_status(durable.db, tid, "draft_ready")
     assert sorted({n for n, _ in bodies}) == sorted((*BODIES, "follow_up"))
     assert loops and {ident for _, ident in bodies} <= loops
     assert threading.get_ident() not in loops  # DBOS's loop, not this test's

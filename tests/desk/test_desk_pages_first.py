@@ -12,7 +12,7 @@ import pytest
 from dbos import DBOS
 from fastapi import Request
 from fastapi.testclient import TestClient
-from test_desk_durable import add_ticket, until
+from helpers import add_ticket, until_status
 
 from tether_desk.durable import workflow_id
 from tether_desk.pipeline import Desk
@@ -159,10 +159,10 @@ async def test_a_durable_ticket_waits_for_the_page_then_runs(durable: Desk) -> N
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
-        assert await until(db, tid, "new", "triaging") == "new"  # its step did not start
+        assert await until_status(db, tid, "new", "triaging") == "new"  # its step did not start
     finally:
         pages.left()
-    assert await until(db, tid, "awaiting_approval") == "awaiting_approval"
+    assert await until_status(db, tid, "awaiting_approval") == "awaiting_approval"
 
 
 async def test_a_durable_ticket_runs_while_pages_never_end(durable: Desk) -> None:
@@ -173,7 +173,7 @@ async def test_a_durable_ticket_runs_while_pages_never_end(durable: Desk) -> Non
     try:
         tid = add_ticket(db, "Mon colis est arrive abime, je demande 15 EUR.")
         await runs.submit_new()
-        assert await until(db, tid, "awaiting_approval") == "awaiting_approval"
+        assert await until_status(db, tid, "awaiting_approval") == "awaiting_approval"
         assert pages.in_flight == 1
     finally:
         pages.left()
