@@ -41,7 +41,6 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "desk"
 
 from desk_server import serve
 
-from _report import export, machine, write_section
+from _report import export, machine, run_side, write_section
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -76,16 +75,7 @@ def pct(values: list[float], q: float) -> float:
 
 def driver(src: Path | None, *args: object) -> dict[str, Any]:
     """Run the driver on this tree (``src`` None) or on an exported revision's src."""
-    env = {**os.environ, "PYTHONPATH": str(src)} if src else None
-    out = subprocess.run(
-        [sys.executable, str(DRIVER), *map(str, args)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_side(DRIVER, src, *args)
 
 
 def pipeline(

@@ -19,18 +19,15 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-from _report import export
+from _report import interleaved
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -151,22 +148,6 @@ def side(tickets: int) -> dict[str, Any]:
     }
 
 
-def run_side(src: Path | None, tickets: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(src), str(BENCH)])
-    out = subprocess.run(
-        [sys.executable, __file__, "--side", str(tickets)],
-        env=env,
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
 def report(runs: dict[str, list[dict[str, Any]]], tickets: int) -> None:
     def median(label: str, get: Callable[[dict[str, Any]], float]) -> str:
         return f"{statistics.median(get(r) for r in runs[label]):.2f}"
@@ -202,15 +183,7 @@ def main() -> None:
     if args.side:
         print(json.dumps(side(args.side)))
         return
-    with tempfile.TemporaryDirectory(prefix="desk-console-") as tmp:
-        sides: dict[str, Path | None] = {}
-        if args.against:
-            sides[f"before ({args.against})"] = export(args.against, Path(tmp))
-        sides["after" if args.against else "this tree"] = None
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in sides}
-        for _ in range(args.rounds):
-            for label, src in sides.items():
-                runs[label].append(run_side(src, args.tickets))
+    runs = interleaved(Path(__file__), args.against, args.rounds, "--side", args.tickets)
     report(runs, args.tickets)
 
 

@@ -21,14 +21,13 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _report import export
+from _report import interleaved
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -91,22 +90,6 @@ async def side(n: int) -> dict[str, Any]:
     }
 
 
-def run_side(src: Path | None, n: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(src), str(BENCH)])
-    out = subprocess.run(
-        [sys.executable, __file__, "--side", str(n)],
-        env=env,
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--decisions", type=int, default=150)
@@ -117,15 +100,7 @@ def main() -> None:
     if args.side:
         print(json.dumps(asyncio.run(side(args.side))))
         return
-    with tempfile.TemporaryDirectory(prefix="desk-decisions-") as tmp:
-        sides: dict[str, Path | None] = {}
-        if args.against:
-            sides[f"before ({args.against})"] = export(args.against, Path(tmp))
-        sides["after" if args.against else "this tree"] = None
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in sides}
-        for _ in range(args.rounds):
-            for label, src in sides.items():
-                runs[label].append(run_side(src, args.decisions))
+    runs = interleaved(Path(__file__), args.against, args.rounds, "--side", args.decisions)
     heads = list(runs)
     print(
         f"| {args.decisions} decisions, median of {args.rounds} rounds | "
