@@ -21,10 +21,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.durable.fence import require_known, source_digest
 
+T = TypeVar("T")
 SETTINGS_SECONDS = 5.0
 """How long a queue thread reuses the settings it read."""
 
@@ -62,35 +63,41 @@ def _in_queue_thread() -> bool:
     return threading.current_thread().name.startswith(QUEUE_THREAD_PREFIX)
 
 
+class _Kept:
+    """Values read per key, each reused for ``seconds`` after its read."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._read_at: dict[str, tuple[float, Any]] = {}
+
+    def get(self, key: str, read: Callable[[], T]) -> T:
+        now = time.monotonic()
+        known = self._read_at.get(key)
+        if known is not None and now - known[0] < self.seconds:
+            value: T = known[1]
+            return value
+        value = read()
+        self._read_at[key] = (now, value)
+        return value
+
+
 def _reusing(read: Callable[..., Any], seconds: float) -> Callable[..., Any]:
-    read_at: dict[str, tuple[float, Any]] = {}
+    kept = _Kept(seconds)
 
     def get_queue(name: str, *, client_system_database: Any = None) -> Any:
         if client_system_database is not None or not _in_queue_thread():
             return read(name, client_system_database=client_system_database)
-        now = time.monotonic()
-        known = read_at.get(name)
-        if known is not None and now - known[0] < seconds:
-            return known[1]
-        queue = read(name)
-        read_at[name] = (now, queue)
-        return queue
+        return kept.get(name, lambda: read(name))
 
     return get_queue
 
 
 def _reusing_version(read: Callable[..., bool], seconds: float) -> Callable[..., bool]:
-    read_at: dict[str, tuple[float, bool]] = {}
+    kept = _Kept(seconds)
 
     def is_latest_version(app_version: str, c: Any = None) -> bool:
         if not _in_queue_thread():
             return read(app_version, c)
-        now = time.monotonic()
-        known = read_at.get(app_version)
-        if known is not None and now - known[0] < seconds:
-            return known[1]
-        latest = read(app_version, c)
-        read_at[app_version] = (now, latest)
-        return latest
+        return kept.get(app_version, lambda: read(app_version, c))
 
     return is_latest_version
