@@ -14,12 +14,14 @@ import pytest
 from dbos import DBOS
 from durable_ops import status, until, worker_start_up
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
+from sqlalchemy import update
 from typer.testing import CliRunner
 
 from tether_desk.db import Database
 from tether_desk.decisions import claim_decision, resume
 from tether_desk.durable import DurableDesk, DurableSettings
 from tether_desk.durable.flow import finish_id
+from tether_desk.models import Ticket
 from tether_desk.money import format_cents
 from tether_desk.operations.runs_cli import runs_app
 from tether_desk.pipeline import Desk
@@ -89,6 +91,11 @@ def test_the_upgrade_runbook_drains_one_run_and_retries_the_other(desk_url: str)
     retried = ticket_id_by_order(db, "C-1042")
     asyncio.run(cut_under(desk, "0", "old-a", drained))
     asyncio.run(cut_under(desk, "0", "old-b", retried))
+    # the seed's other new tickets stay out of the queue: the worker below takes a ticket
+    # as soon as it queues one, and is stopped as soon as it takes tickets (a run it took
+    # would wait, pending, for its next start)
+    with db.write() as s:
+        s.execute(update(Ticket).where(Ticket.status == "new").values(status="needs_human"))
 
     # 1. the new version starts and says what waits
     code, out = worker_start_up("w-1", desk_url)
