@@ -1,6 +1,7 @@
 """Durable runs and the durable desk, in one command:
 
     uv run python bench/durable.py [--tickets 300] [--concurrency 4] [--rounds 3] [--pg-url URL]
+    uv run python bench/durable.py --only desk [--against REV] [--rounds 3] [--timeline]
 
 1. **Overhead per step against the plain loop**, on SQLite, in one process, with an
    instant scripted model: (a) the agent loop, the same 3-turn run (5 steps) 200 times
@@ -21,6 +22,13 @@
    their draft, a third started with ``--recover`` its id: every ticket must end with its
    draft, none refunded twice.
 
+``--only desk`` runs part 1b alone (about 10 s) and writes nothing: in this process, or
+with ``--against REV`` in one process per side and round, REV's ``src`` and this tree's
+alternating, so the machine's load falls on both alike. ``--timeline`` also prints where one
+durable ticket's time goes: milliseconds since it started at each step boundary
+(:mod:`tether_desk.durable.boundaries`) and each of this process's moves, median of the
+warm tickets.
+
 Without ``--pg-url``, Debian's PostgreSQL (``apt-get install postgresql``) is started on
 127.0.0.1 for the benchmark (``tests/postgres_server.py``) and stopped after it.
 """
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -61,6 +70,8 @@ from tether_desk.pipeline import Desk, process_ticket
 from tether_desk.scripted import DeskScriptedModel
 
 AGENT_STEPS = 5
+WARM = 5
+"""Tickets of each side left out of the figures of part 1b (warming up)."""
 POLL_SECONDS = 0.005
 """The durable desk's polling in part 1b: a waiting approval looks for its decision (SQLite
 has no notifications) this often; the wait is part of the measured time."""
@@ -131,7 +142,38 @@ def approval_of(db: Database, ticket_id: int) -> tuple[int, str, str] | None:
     return (int(row[0]), str(row[1]), str(row[2])) if row else None
 
 
-async def desk_overhead(workdir: Path, tickets: int = 60) -> dict[str, float]:
+class Timeline:
+    """Milliseconds since a ticket started at each named moment (a step boundary of its
+    workflows, or a move of this process), per ticket."""
+
+    def __init__(self) -> None:
+        self.tickets: list[dict[str, float]] = []
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self.tickets.append({})
+        self._t0 = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        marks = self.tickets[-1]
+        key, n = name, 1
+        while key in marks:  # the same boundary again (the agent's turns in each step)
+            n += 1
+            key = f"{name} #{n}"
+        marks[key] = (time.perf_counter() - self._t0) * 1000
+
+    async def boundary(self, name: str, ticket_id: int) -> None:
+        self.mark(name)
+
+    def median(self, skip: int) -> list[tuple[str, float]]:
+        warm = self.tickets[skip:]
+        names = sorted(warm[0], key=lambda k: warm[0][k])
+        return [(k, statistics.median(t[k] for t in warm if k in t)) for k in names]
+
+
+async def desk_overhead(
+    workdir: Path, tickets: int = 60, timeline: Timeline | None = None
+) -> dict[str, float]:
     """A refund ticket end to end, plain and durable, interleaved; SQLite."""
     plain_db, plain_ids, plain_staff = desk_db(sqlite_url(workdir / "plain.db"), tickets)
     db, ids, staff = desk_db(sqlite_url(workdir / "durable.db"), tickets)
@@ -139,8 +181,11 @@ async def desk_overhead(workdir: Path, tickets: int = 60) -> dict[str, float]:
     desk = Desk(db, DeskScriptedModel())
     # the decision's workflow comes through the queue: looked at as often as a wait was
     runs = DurableDesk(
-        desk, DurableSettings(wait_poll_seconds=POLL_SECONDS, poll_seconds=POLL_SECONDS)
+        desk,
+        DurableSettings(wait_poll_seconds=POLL_SECONDS, poll_seconds=POLL_SECONDS),
+        boundary=timeline.boundary if timeline is not None else None,
     )
+    mark = timeline.mark if timeline is not None else (lambda name: None)
     await runs.start()
     plain_times, durable_times, steps = [], [], 0
     try:
@@ -152,16 +197,24 @@ async def desk_overhead(workdir: Path, tickets: int = 60) -> dict[str, float]:
             assert await decide(plain, waiting[0], plain_staff, approve=True) == "draft_ready"
             plain_times.append(time.perf_counter() - t)
 
+            if timeline is not None:
+                timeline.start()
             t = time.perf_counter()
             with SetWorkflowID(workflow_id(d)):  # started at once: no queue polling here
                 handle = await DBOS.start_workflow_async(ticket_workflow, d)
+            mark("(bench) ticket workflow started")
             await handle.get_result()
+            mark("(bench) ticket workflow result")
             while (stored := approval_of(db, d)) is None:  # noqa: ASYNC110 (another task)
                 await asyncio.sleep(0.0005)
+            mark("(bench) approval read")
             claimed = claim_decision(desk, stored[0], staff, approve=True)
+            mark("(bench) decision claimed")
             await resume(desk, claimed)  # the console's path: the decision's workflow queued
+            mark("(bench) resumed: finish queued")
             child = await DBOS.retrieve_workflow_async(finish_id(stored[1], stored[2]))
             assert await child.get_result(polling_interval_sec=0.0005) == "draft_ready"
+            mark("(bench) finish result")
             durable_times.append(time.perf_counter() - t)
             if n == 0:
                 steps = len(await DBOS.list_workflow_steps_async(workflow_id(d)))
@@ -170,7 +223,7 @@ async def desk_overhead(workdir: Path, tickets: int = 60) -> dict[str, float]:
         await runs.stop()
         plain_db.dispose()
         db.dispose()
-    warm_plain, warm_durable = plain_times[5:], durable_times[5:]
+    warm_plain, warm_durable = plain_times[WARM:], durable_times[WARM:]
     base = statistics.median(warm_plain)
     per_step = [(d - base) / steps * 1000 for d in warm_durable]
     return {
@@ -179,7 +232,29 @@ async def desk_overhead(workdir: Path, tickets: int = 60) -> dict[str, float]:
         "steps": steps,
         "p50": pct(per_step, 0.5),
         "p95": pct(per_step, 0.95),
+        "load": os.getloadavg()[0],
     }
+
+
+def desk_only(args: argparse.Namespace) -> None:
+    """Part 1b alone (``--only desk``): in this process, or sides interleaved."""
+    if args.against:
+        from _report import interleaved
+
+        runs = interleaved(Path(__file__), args.against, args.rounds, "--only", "desk", "--side")
+        for label, results in runs.items():
+            for r in results:
+                print(f"{label}: {json.dumps(r)}")
+            p50 = statistics.median(r["p50"] for r in results)
+            print(f"{label}: median p50 {p50:.2f} ms/step over {len(results)} rounds")
+        return
+    timeline = Timeline() if args.timeline else None
+    with tempfile.TemporaryDirectory() as tmp:
+        desk = asyncio.run(desk_overhead(Path(tmp), timeline=timeline))
+    if timeline is not None:
+        for name, ms in timeline.median(WARM):
+            print(f"{ms:8.2f} ms  {name}")
+    print(json.dumps(desk) if args.side else f"desk ticket: {desk}")
 
 
 Pair = tuple[int, list[dict[str, float]], list[dict[str, float]]]
@@ -221,7 +296,14 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="one then two workers, N times")
     parser.add_argument("--pg-url", help="a PostgreSQL server URL without database name")
+    parser.add_argument("--only", choices=["desk"], help="part 1b alone; writes nothing")
+    parser.add_argument("--against", help="with --only desk: a revision to compare with")
+    parser.add_argument("--timeline", action="store_true", help="with --only desk")
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.only == "desk":
+        desk_only(args)
+        return
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tether.durable.fence import require_known, source_digest
@@ -83,6 +84,10 @@ class Doorbell:
         self.claimed: dict[str, float] = {}
         """Runs claimed by a look and not yet registered as running (DBOS registers a
         claimed run once it starts), with when: they hold a place meanwhile."""
+        self.claiming = threading.Lock()
+        """Held by each claim, the thread's or one made at once in another thread of this
+        process (:mod:`~tether.durable.handoff`): one at a time, each counting the
+        places the others took."""
 
     def ring(self) -> None:
         """Make the thread look at its queue now (or, mid-look, once more after it)."""
@@ -106,7 +111,7 @@ class Doorbell:
         """How long to wait for the bell instead of DBOS's ``timeout``."""
         if timeout is None:
             return None
-        if self._full():
+        if self.full():
             return max(timeout, FULL_SECONDS)
         if self.empty_since is not None:
             stretched = (time.monotonic() - self.empty_since) * IDLE_SHARE
@@ -124,7 +129,9 @@ class Doorbell:
                 self.claimed.pop(key, None)
         return len(self.claimed)
 
-    def _full(self) -> bool:
+    def full(self) -> bool:
+        """Whether every place of this worker on the queue is taken (runs claimed and not
+        yet registered count)."""
         places = getattr(self.queue, "_worker_concurrency", None)
         if places is None:
             return False
@@ -133,6 +140,9 @@ class Doorbell:
 
 _BELLS: dict[str, Doorbell] = {}
 """This process's doorbells, by queue name."""
+
+_quiet = threading.local()
+"""``on`` in a thread inside :func:`quiet`."""
 
 _dbos_worker: Callable[[Any, Any, Any], None] | None = None
 """DBOS's own queue thread function."""
@@ -149,9 +159,32 @@ def dbos_queue_worker() -> Callable[..., None]:
     )
 
 
+def is_claimed(workflow_id: str) -> bool:
+    """Whether a look of this process claimed ``workflow_id`` and DBOS has not yet
+    registered it as running."""
+    return any(workflow_id in bell.claimed for bell in list(_BELLS.values()))
+
+
+def bell_of(queue_name: str) -> Doorbell | None:
+    """The doorbell of ``queue_name``'s thread in this process (``None``: no thread)."""
+    return _BELLS.get(queue_name)
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Enqueues made inside, in this thread, ring no doorbell, and claims made inside
+    leave the queue thread's pace as it was (the caller starts what it queued itself:
+    :mod:`~tether.durable.handoff`)."""
+    _quiet.on = True
+    try:
+        yield
+    finally:
+        _quiet.on = False
+
+
 def ring(queue_name: str | None) -> None:
     """Ring the doorbell of ``queue_name``'s thread in this process, if it has one."""
-    if queue_name is not None:
+    if queue_name is not None and not getattr(_quiet, "on", False):
         bell = _BELLS.get(queue_name)
         if bell is not None:
             bell.ring()
@@ -258,13 +291,20 @@ def _ringing(enqueue: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
-    def start_queued_workflows(queue: Any, *args: Any, **kwargs: Any) -> Any:
-        claimed, stopped_by = claim(queue, *args, **kwargs)
+    def start_queued_workflows(
+        queue: Any, executor: str, version: str, key: Any, load: int = 0, *args: Any, **kw: Any
+    ) -> Any:
         bell = _BELLS.get(queue.name)
-        if bell is not None:
+        if bell is None:
+            return claim(queue, executor, version, key, load, *args, **kw)
+        with bell.claiming:  # the places taken now, whoever claimed them
+            load = max(load, bell._dbos._active_workflows_set.count_for_queue(queue.name))
+            claimed, stopped_by = claim(queue, executor, version, key, load, *args, **kw)
             bell.queue = queue
             now = time.monotonic()
             bell.claimed.update((key, now) for key in claimed)
+            if getattr(_quiet, "on", False):  # this process's own runs: the pace is unchanged
+                return claimed, stopped_by
             if claimed or stopped_by is not None:
                 bell.empty_since = None
             elif bell.empty_since is None:

@@ -148,7 +148,7 @@ def launch(config: DurableConfig | None = None) -> None:
     if is_launched():
         raise ConfigError("DBOS is already running in this process; call shutdown() first")
     logging.getLogger("dbos").removeFilter(_QUIET)
-    from tether.durable import dispatch, hops, outcome, prepared, queueconfig, steplog
+    from tether.durable import dispatch, hops, outcome, prepared, queueconfig, results, steplog
 
     dispatch.install()
     DBOS(config=config.dbos_config())
@@ -158,6 +158,7 @@ def launch(config: DurableConfig | None = None) -> None:
     outcome.install(_dbos_system_database())
     prepared.install(_dbos_system_database())
     queueconfig.install(_dbos_system_database())
+    results.install(_dbos_system_database(), _dbos_active_runs())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
 
 
@@ -178,6 +179,16 @@ def _dbos_system_database() -> Any:
     instance = _dbos._dbos_global_instance
     try:
         return instance._sys_db  # type: ignore[union-attr]
+    except AttributeError as exc:
+        raise unknown_dbos(str(exc)) from exc
+
+
+def _dbos_active_runs() -> Any:
+    """DBOS's registry of the runs in progress in this process (private, as above)."""
+    from dbos import _dbos
+
+    try:
+        return _dbos._dbos_global_instance._active_workflows_set  # type: ignore[union-attr]
     except AttributeError as exc:
         raise unknown_dbos(str(exc)) from exc
 

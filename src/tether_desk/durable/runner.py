@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from tether.durable import (
     shutdown_async,
 )
 from tether.durable.codec import decisions_to_json
+from tether.durable.handoff import enqueue_and_start
 from tether.durable.runtime import sqlite_engine, tune_client
 from tether.durable.status import WorkflowLog
 from tether.errors import ConfigError
@@ -305,10 +307,13 @@ class DurableDesk:
         if ticket is None:  # not decided (a forged or early message): nothing to apply
             return
         options = self._options(FINISH_WORKFLOW, finish_id(decision.run_id, decision.call_id))
-        if self.inline:  # one short transaction on the log: a thread hop would cost more
-            self.client.enqueue(options, ticket, decision.run_id, decision.call_id)
-            return
-        await self.client.enqueue_async(options, ticket, decision.run_id, decision.call_id)
+        args = (options, ticket, decision.run_id, decision.call_id)
+        if self.inline and self.processing:  # a place free here: it starts now
+            enqueue_and_start(QUEUE, partial(self.client.enqueue, *args))
+        elif self.inline:  # one short transaction on the log: a thread hop would cost more
+            self.client.enqueue(*args)
+        else:
+            await self.client.enqueue_async(*args)
 
     def _decided_ticket(self, decision: Decision) -> int | None:
         """The ticket of the decision's approval once it is decided (the workflow applies

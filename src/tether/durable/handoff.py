@@ -1,0 +1,112 @@
+"""Runs enqueued by this process started at once while it has a place for them.
+
+A run enqueued to a queue waits for the queue's thread to look: the doorbell
+(:mod:`~tether.durable.dispatch`) wakes that thread at once, but the look still goes
+through a thread hand-over while the enqueuer goes on. :func:`start_next` makes the
+look in the caller's thread instead, right after its enqueue: while this process's
+worker has a free place on the queue it claims the queue's next runs (oldest first,
+DBOS's own claim, counting the places every other claim of this process took, under the
+doorbell's lock) and starts them on the workflows' event loop, as the queue's thread
+would. A run that finds no place stays queued for the thread's next look, as do runs
+enqueued with no application version (the claim here takes this version's only, which
+spares reading which version is the latest).
+
+Crash safety is the queue's: the run is in the log as enqueued before it is claimed, and
+claimed (owned by this executor) before it starts; a process killed in between leaves
+it queued, or pending for this executor's recovery.
+
+The DBOS code the start reproduces (the queue thread's dispatch of what it claimed) is
+checked against the pinned release's source; a release that changed it is refused with
+:class:`ConfigError`, naming the installed DBOS (``tests/durable/test_handoff.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from functools import cache
+from typing import Any, TypeVar
+
+from tether.durable import dispatch
+from tether.durable.fence import require_known, source_digest
+
+log = logging.getLogger("tether.durable")
+T = TypeVar("T")
+
+_EXPECTED_DIGEST = "eba9dcbf495e0a4f"
+"""Digest of DBOS 3.4.0's queue thread (its dispatch of the runs it claimed) and of
+``execute_dequeued_workflow``."""
+
+
+def _source_digest() -> str:
+    from dbos import _core
+
+    return source_digest(dispatch.dbos_queue_worker(), _core.execute_dequeued_workflow)
+
+
+def enqueue_and_start(queue_name: str, enqueue: Callable[[], T]) -> T:
+    """``enqueue()`` (which enqueues to ``queue_name`` from this thread), then
+    :func:`start_next`; the queue's thread is woken only when this thread did not look."""
+    with dispatch.quiet():
+        out = enqueue()
+    if start_next(queue_name) is None:
+        dispatch.ring(queue_name)
+    return out
+
+
+def start_next(queue_name: str) -> int | None:
+    """Claim and start ``queue_name``'s next runs now, in this thread, while this
+    process's worker has places free on it; how many started. ``None`` (no look) where
+    this process runs no thread for that queue, where the queue has partitions, or when
+    called from the workflows' own event loop (a start from there would wait for
+    itself); 0 when every place is taken (the thread looks once one frees)."""
+    bell = dispatch.bell_of(queue_name)
+    if bell is None or bell.is_set():
+        return None
+    dbos, queue = bell._dbos, bell.queue
+    if queue._has_partition_limits() or dbos._sys_db.sharded or _on_workflow_loop(dbos):
+        return None
+    if bell.full():
+        return 0
+    _verify()
+    from dbos._core import execute_dequeued_workflow
+    from dbos._utils import GlobalParams, generate_uuid
+
+    owner = generate_uuid()
+    with dispatch.quiet():
+        claimed, _ = dbos._sys_db.start_queued_workflows(
+            queue,
+            GlobalParams.executor_id,
+            GlobalParams.app_version,
+            None,
+            0,
+            owner_xid=owner,
+            is_latest_version=False,  # runs of this version only: no read of the versions
+        )
+    if not claimed:
+        return 0
+    found = {s["workflow_uuid"]: s for s in dbos._sys_db.get_workflow_statuses(claimed)}
+    for workflow_id in claimed:
+        try:
+            status = found.get(workflow_id) or dbos._sys_db.get_workflow_status(workflow_id)
+            if status is None:
+                raise LookupError(f"no status for the claimed workflow {workflow_id}")
+            execute_dequeued_workflow(dbos, status, owner)
+        except Exception:  # as the queue's thread does: logged, recovered later
+            log.exception("starting the claimed workflow %s failed", workflow_id)
+    return len(claimed)
+
+
+@cache
+def _verify() -> None:
+    require_known(_source_digest(), _EXPECTED_DIGEST, "its queue dispatch")
+
+
+def _on_workflow_loop(dbos: Any) -> bool:
+    """Whether the caller runs on the loop the workflows are started on."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return running is dbos._background_event_loop.target_loop()

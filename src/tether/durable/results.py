@@ -1,0 +1,159 @@
+"""A workflow's result, waited for in the process that runs it, woken by its outcome.
+
+DBOS 3.4 waits for a result by polling the log: ``get_result`` reads the workflow's row,
+sleeps its polling interval, reads again (from async code, each read is a hop to a
+thread and back). A caller waiting on a workflow this process runs so pays up to one
+interval after the outcome is written, and a read per interval meanwhile, which takes
+the CPU from the run it waits on.
+
+:func:`install` makes ``await_workflow_result`` and its async twin on DBOS's running
+system database wait for this process's outcome write instead: ``update_workflow_outcome``
+wakes every waiter of that workflow once its write has landed, and the waiter reads the
+result at once (on a SQLite log in its own thread: a local read costs less than a hop).
+While the workflow runs here (or is claimed to), the log is read again at most every
+:data:`LOCAL_RECHECK_SECONDS` (or the caller's interval if longer): an outcome written
+by another process, a cancel, is seen that late at worst. A workflow
+that does not run here is polled as the caller asked.
+
+The methods replaced are checked against the pinned DBOS's source; a release that
+changed them is refused with :class:`ConfigError`, naming the installed DBOS
+(``tests/durable/test_results.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from tether.durable import dispatch
+from tether.durable.fence import require_known, source_digest
+
+LOCAL_RECHECK_SECONDS = 1.0
+"""How often a wait on a workflow running in this process reads the log anyway."""
+
+_EXPECTED_DIGEST = "f4d04d5b91eecf7c"
+"""Digest of ``await_workflow_result``, its async twin, ``check_workflow_result`` and
+``update_workflow_outcome`` in DBOS 3.4.0."""
+
+_HOOKED = "_tether_results"
+
+_lock = threading.Lock()
+_waiters: dict[str, list[Callable[[], None]]] = {}
+"""Per workflow id, what wakes each of its waiters."""
+
+
+def _source_digest() -> str:
+    from dbos._sys_db import SystemDatabase
+
+    return source_digest(
+        SystemDatabase.await_workflow_result,
+        SystemDatabase.await_workflow_result_async,
+        SystemDatabase.check_workflow_result,
+        SystemDatabase.update_workflow_outcome,
+    )
+
+
+def install(sys_db: Any, active: Any) -> None:
+    """Let waits on ``sys_db`` (DBOS's running system database) for a workflow of this
+    process be woken by its outcome; ``active``: DBOS's registry of the runs in
+    progress here."""
+    require_known(_source_digest(), _EXPECTED_DIGEST, "its wait for a workflow's result")
+    if getattr(sys_db, _HOOKED, False):
+        return
+    setattr(sys_db, _HOOKED, True)
+    write, check = sys_db.update_workflow_outcome, sys_db.check_workflow_result
+    inline = sys_db.engine.dialect.name == "sqlite"
+
+    def update_workflow_outcome(workflow_id: str, *args: Any, **kwargs: Any) -> bool:
+        landed: bool = write(workflow_id, *args, **kwargs)
+        if landed:
+            wake(workflow_id)
+        return landed
+
+    def here(workflow_id: str) -> bool:
+        return workflow_id in active.activeList() or dispatch.is_claimed(workflow_id)
+
+    def interval(workflow_id: str, polling: float) -> float:
+        return max(polling, LOCAL_RECHECK_SECONDS) if here(workflow_id) else polling
+
+    def await_workflow_result(
+        workflow_id: str, polling_interval: float, *, fail_if_missing: bool = False
+    ) -> Any:
+        while True:
+            woken = threading.Event()
+            _add(workflow_id, woken.set)
+            try:
+                result = check(workflow_id, fail_if_missing=fail_if_missing)
+                if not _no_result(result):
+                    return result
+                woken.wait(interval(workflow_id, polling_interval))
+            finally:
+                _discard(workflow_id, woken.set)
+
+    async def await_workflow_result_async(
+        workflow_id: str, polling_interval: float, *, fail_if_missing: bool = False
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        while True:
+            woken: asyncio.Future[None] = loop.create_future()
+            wake_here = partial(_wake_on, loop, woken)
+            _add(workflow_id, wake_here)
+            try:
+                if inline:  # one read of a local file: a thread hop would cost more
+                    result = check(workflow_id, fail_if_missing=fail_if_missing)
+                else:
+                    result = await asyncio.to_thread(
+                        check, workflow_id, fail_if_missing=fail_if_missing
+                    )
+                if not _no_result(result):
+                    return result
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken, interval(workflow_id, polling_interval))
+            finally:
+                _discard(workflow_id, wake_here)
+
+    sys_db.update_workflow_outcome = update_workflow_outcome
+    sys_db.await_workflow_result = await_workflow_result
+    sys_db.await_workflow_result_async = await_workflow_result_async
+
+
+def wake(workflow_id: str) -> None:
+    """Wake every waiter of ``workflow_id`` in this process (its outcome is written)."""
+    with _lock:
+        woken = _waiters.pop(workflow_id, ())
+    for w in woken:
+        w()
+
+
+def _add(workflow_id: str, waiter: Callable[[], None]) -> None:
+    with _lock:
+        _waiters.setdefault(workflow_id, []).append(waiter)
+
+
+def _discard(workflow_id: str, waiter: Callable[[], None]) -> None:
+    with _lock:
+        waiting = _waiters.get(workflow_id)
+        if waiting is not None and waiter in waiting:
+            waiting.remove(waiter)
+            if not waiting:
+                del _waiters[workflow_id]
+
+
+def _wake_on(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
+        loop.call_soon_threadsafe(_settle, woken)
+
+
+def _settle(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
+def _no_result(result: Any) -> bool:
+    from dbos._outcome import NoResult
+
+    return isinstance(result, NoResult)
