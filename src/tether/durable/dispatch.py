@@ -84,6 +84,11 @@ class Doorbell:
         self.claimed: dict[str, float] = {}
         """Runs claimed by a look and not yet registered as running (DBOS registers a
         claimed run once it starts), with when: they hold a place meanwhile."""
+        self.backlog = True
+        """Whether runs may be left in the queue for this worker: the last claim filled
+        every place it had, or found none free. A run of this process that ends rings the
+        bell only then (else the queue was found empty, and a run enqueued since rang
+        the bell itself, or waits for the next look if another process enqueued it)."""
         self.claiming = threading.Lock()
         """Held by each claim, the thread's or one made at once in another thread of this
         process (:mod:`~tether.durable.handoff`): one at a time, each counting the
@@ -258,7 +263,8 @@ def _hook(dbos: Any) -> None:
 
     def remove_and_ring(key: str, bucket: Any) -> None:
         remove(key, bucket)
-        if bucket is not None:
+        bell = _BELLS.get(bucket[0]) if bucket is not None else None
+        if bell is not None and bell.backlog:
             ring(bucket[0])
 
     def count_with_claimed(queue_name: str) -> int:
@@ -303,6 +309,9 @@ def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
             bell.queue = queue
             now = time.monotonic()
             bell.claimed.update((key, now) for key in claimed)
+            places = getattr(queue, "_worker_concurrency", None)
+            filled = places is not None and len(claimed) >= places - load
+            bell.backlog = stopped_by is not None or filled
             if getattr(_quiet, "on", False):  # this process's own runs: the pace is unchanged
                 return claimed, stopped_by
             if claimed or stopped_by is not None:

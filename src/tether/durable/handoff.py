@@ -23,8 +23,10 @@ checked against the pinned release's source; a release that changed it is refuse
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Coroutine
 from functools import cache
 from typing import Any, TypeVar
 
@@ -33,6 +35,7 @@ from tether.durable.fence import require_known, source_digest
 
 log = logging.getLogger("tether.durable")
 T = TypeVar("T")
+_HOOKED = "_tether_handoff"
 
 _EXPECTED_DIGEST = "eba9dcbf495e0a4f"
 """Digest of DBOS 3.4.0's queue thread (its dispatch of the runs it claimed) and of
@@ -47,10 +50,10 @@ def _source_digest() -> str:
 
 def enqueue_and_start(queue_name: str, enqueue: Callable[[], T]) -> T:
     """``enqueue()`` (which enqueues to ``queue_name`` from this thread), then
-    :func:`start_next`; the queue's thread is woken only when this thread did not look."""
+    :func:`start_next`; the queue's thread is woken only when that started nothing."""
     with dispatch.quiet():
         out = enqueue()
-    if start_next(queue_name) is None:
+    if not start_next(queue_name):  # full, taken, of no version: the thread looks
         dispatch.ring(queue_name)
     return out
 
@@ -58,16 +61,17 @@ def enqueue_and_start(queue_name: str, enqueue: Callable[[], T]) -> T:
 def start_next(queue_name: str) -> int | None:
     """Claim and start ``queue_name``'s next runs now, in this thread, while this
     process's worker has places free on it; how many started. ``None`` (no look) where
-    this process runs no thread for that queue, where the queue has partitions, or when
-    called from the workflows' own event loop (a start from there would wait for
-    itself); 0 when every place is taken (the thread looks once one frees)."""
+    this process runs no thread for that queue or the queue has partitions; 0 when
+    every place is taken (the thread looks once one frees). The runs' tasks are created
+    on the workflows' loop without waiting for it (the caller may be that loop)."""
     bell = dispatch.bell_of(queue_name)
     if bell is None or bell.is_set():
         return None
     dbos, queue = bell._dbos, bell.queue
-    if queue._has_partition_limits() or dbos._sys_db.sharded or _on_workflow_loop(dbos):
+    if queue._has_partition_limits() or dbos._sys_db.sharded:
         return None
     if bell.full():
+        bell.backlog = True  # what was enqueued waits for a place: one that frees rings
         return 0
     _verify()
     from dbos._core import execute_dequeued_workflow
@@ -87,26 +91,57 @@ def start_next(queue_name: str) -> int | None:
     if not claimed:
         return 0
     found = {s["workflow_uuid"]: s for s in dbos._sys_db.get_workflow_statuses(claimed)}
+    _submit_without_waiting(dbos._background_event_loop)
     for workflow_id in claimed:
         try:
             status = found.get(workflow_id) or dbos._sys_db.get_workflow_status(workflow_id)
             if status is None:
                 raise LookupError(f"no status for the claimed workflow {workflow_id}")
-            execute_dequeued_workflow(dbos, status, owner)
+            _soon.on = True
+            try:
+                execute_dequeued_workflow(dbos, status, owner)
+            finally:
+                _soon.on = False
         except Exception:  # as the queue's thread does: logged, recovered later
             log.exception("starting the claimed workflow %s failed", workflow_id)
     return len(claimed)
 
 
+_soon = threading.local()
+"""``on`` while this thread hands a claimed run to the workflows' loop."""
+
+
+def _submit_without_waiting(loop: Any) -> None:
+    """Let DBOS's ``loop`` (its ``BackgroundEventLoop``) take a run's start from
+    :func:`start_next` without the caller waiting for the loop to create its task: the
+    caller may be a console's loop, which a busy workflow loop would hold back, or the
+    workflows' loop itself, which cannot wait for itself. The
+    run is claimed already; should its task never start (DBOS stopping), it stays
+    pending for this executor's recovery, as after a crash. Other submissions wait, as
+    DBOS has them."""
+    if getattr(loop, _HOOKED, False):
+        return
+    submit = loop.submit_coroutine
+
+    def submit_coroutine(coro: Coroutine[Any, Any, T]) -> Any:
+        if not getattr(_soon, "on", False):
+            return submit(coro)
+        target = loop.target_loop()
+        if target is None:
+            coro.close()
+            raise RuntimeError("Event loop not started")
+        asyncio.run_coroutine_threadsafe(coro, target).add_done_callback(_log_failure)
+        return None
+
+    loop.submit_coroutine = submit_coroutine
+    setattr(loop, _HOOKED, True)
+
+
+def _log_failure(started: concurrent.futures.Future[Any]) -> None:
+    if not started.cancelled() and started.exception() is not None:
+        log.error("a claimed workflow could not start: %s", started.exception())
+
+
 @cache
 def _verify() -> None:
     require_known(_source_digest(), _EXPECTED_DIGEST, "its queue dispatch")
-
-
-def _on_workflow_loop(dbos: Any) -> bool:
-    """Whether the caller runs on the loop the workflows are started on."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return running is dbos._background_event_loop.target_loop()

@@ -1,0 +1,86 @@
+"""A wait for the result of a workflow this process runs ends once its outcome is
+written, not at the caller's next poll (a minute here), from async and plain code alike;
+a workflow that does not run here is still polled as asked; a DBOS whose wait changed is
+refused by name."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from dbos import DBOS, SetWorkflowID
+
+from tether.durable import DurableConfig, launch, results, shutdown_async
+from tether.errors import ConfigError
+
+LONG_POLL = 60.0
+"""A polling interval longer than any of these tests may take."""
+
+
+@DBOS.workflow(name="results.later")
+async def later(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+async def test_a_local_workflows_result_comes_when_written_not_at_the_next_poll(
+    log_url: str,
+) -> None:
+    launch(DurableConfig(log_url, polling_interval_seconds=LONG_POLL))
+    try:
+        with SetWorkflowID("results-a"):
+            await DBOS.start_workflow_async(later, 0.3)
+        with SetWorkflowID("results-b"):
+            await DBOS.start_workflow_async(later, 0.3)
+        started = time.monotonic()
+        handle = await DBOS.retrieve_workflow_async("results-a")
+        assert await handle.get_result(polling_interval_sec=LONG_POLL) == "done"
+
+        def plain_wait() -> object:
+            return DBOS.retrieve_workflow("results-b").get_result(polling_interval_sec=LONG_POLL)
+
+        assert await asyncio.to_thread(plain_wait) == "done"
+        assert time.monotonic() - started < LONG_POLL / 4
+    finally:
+        await shutdown_async()
+
+
+async def test_a_workflow_that_does_not_run_here_is_polled_as_asked(log_url: str) -> None:
+    from sqlalchemy import event
+
+    launch(DurableConfig(log_url))
+    try:
+        sys_db: Any = _sys_db()
+        reads: list[str] = []
+
+        def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if "workflow_status" in statement:
+                reads.append(statement)
+
+        event.listen(sys_db.engine, "before_cursor_execute", note)
+        with pytest.raises(TimeoutError):  # nothing of that id runs, or ever will
+            await asyncio.wait_for(sys_db.await_workflow_result_async("nowhere", 0.02), 0.5)
+        event.remove(sys_db.engine, "before_cursor_execute", note)
+        assert len(reads) >= 5  # read every 0.02 s, as asked
+    finally:
+        await shutdown_async()
+
+
+def test_a_dbos_whose_wait_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(results, "_EXPECTED_DIGEST", "0" * 16)
+    with pytest.raises(ConfigError, match="does not know this DBOS"):
+        results.install(object(), object())
+
+
+def _sys_db() -> object:
+    from dbos import _dbos
+
+    return _dbos._dbos_global_instance._sys_db  # type: ignore[union-attr]
+
+
+def _active() -> object:
+    from dbos import _dbos
+
+    return _dbos._dbos_global_instance._active_workflows_set  # type: ignore[union-attr]
