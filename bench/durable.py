@@ -188,18 +188,21 @@ async def desk_overhead(
     mark = timeline.mark if timeline is not None else (lambda name: None)
     await runs.start()
     plain_times, durable_times, steps = [], [], 0
+    plain_cpu: list[float] = []
+    durable_cpu: list[float] = []  # the whole process's, all its threads
     try:
         for n, (p, d) in enumerate(zip(plain_ids, ids, strict=True)):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             assert await process_ticket(plain, p) == "awaiting_approval"
             waiting = approval_of(plain_db, p)
             assert waiting is not None
             assert await decide(plain, waiting[0], plain_staff, approve=True) == "draft_ready"
             plain_times.append(time.perf_counter() - t)
+            plain_cpu.append(time.process_time() - c)
 
             if timeline is not None:
                 timeline.start()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             with SetWorkflowID(workflow_id(d)):  # started at once: no queue polling here
                 handle = await DBOS.start_workflow_async(ticket_workflow, d)
             mark("(bench) ticket workflow started")
@@ -216,6 +219,7 @@ async def desk_overhead(
             assert await child.get_result(polling_interval_sec=0.0005) == "draft_ready"
             mark("(bench) finish result")
             durable_times.append(time.perf_counter() - t)
+            durable_cpu.append(time.process_time() - c)
             if n == 0:
                 steps = len(await DBOS.list_workflow_steps_async(workflow_id(d)))
                 steps += len(await DBOS.list_workflow_steps_async(finish_id(stored[1], stored[2])))
@@ -232,6 +236,8 @@ async def desk_overhead(
         "steps": steps,
         "p50": pct(per_step, 0.5),
         "p95": pct(per_step, 0.95),
+        "plain_cpu_ms": statistics.median(plain_cpu[WARM:]) * 1000,
+        "durable_cpu_ms": statistics.median(durable_cpu[WARM:]) * 1000,
         "load": os.getloadavg()[0],
     }
 
@@ -245,8 +251,13 @@ def desk_only(args: argparse.Namespace) -> None:
         for label, results in runs.items():
             for r in results:
                 print(f"{label}: {json.dumps(r)}")
-            p50 = statistics.median(r["p50"] for r in results)
-            print(f"{label}: median p50 {p50:.2f} ms/step over {len(results)} rounds")
+            med = {k: statistics.median(r[k] for r in results) for k in results[0]}
+            print(
+                f"{label}, median of {len(results)} rounds: {med['p50']:.2f} ms/step p50; "
+                f"plain / durable {med['plain_ms']:.1f} / {med['durable_ms']:.1f} ms, "
+                f"CPU {med['plain_cpu_ms']:.1f} / {med['durable_cpu_ms']:.1f} ms per ticket; "
+                f"load {med['load']:.1f}"
+            )
         return
     timeline = Timeline() if args.timeline else None
     with tempfile.TemporaryDirectory() as tmp:
