@@ -1,7 +1,7 @@
 """A queue thread looks at its queue when this process enqueues to it and when one of its
-places frees, not at its next poll (the poll interval here is a minute); it never runs
-more than its places; it waits longer while its queue stays empty, stops at once, and a
-DBOS whose queue dispatch changed is refused by name."""
+places frees while runs may wait, not at its next poll (the poll interval here is a
+minute); it never runs more than its places; it waits longer while its queue stays empty,
+stops at once, and a DBOS whose queue dispatch changed is refused by name."""
 
 from __future__ import annotations
 
@@ -151,3 +151,31 @@ def test_a_dbos_whose_queue_dispatch_changed_is_refused(monkeypatch: pytest.Monk
         monkeypatch.setattr(_queue, "queue_worker_thread", dispatch.dbos_queue_worker())
     with pytest.raises(ConfigError, match="does not know this DBOS"):
         dispatch.install()
+
+
+async def test_a_run_that_ends_wakes_the_thread_only_when_runs_may_wait(
+    log_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running.clear()
+    most[0] = 0
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    try:
+        queue = await DBOS.register_queue_async(
+            "dr", worker_concurrency=2, polling_interval_sec=LONG_POLL
+        )
+        await _until(lambda: "dr" in dispatch._BELLS)
+        await _until(lambda: dispatch._BELLS["dr"].empty_since is not None)  # first look
+        first = await queue.enqueue_async(hold, "alone", 0.2)  # a place left: none waits
+        await _until(lambda: "alone" in running)
+        rung: list[str] = []
+        monkeypatch.setattr(dispatch.Doorbell, "ring", lambda self: rung.append("end"))
+        assert await first.get_result() == "alone"
+        await asyncio.sleep(0.1)
+        assert rung == []  # its end woke no look: the queue was found empty
+        monkeypatch.undo()
+        started = time.monotonic()
+        handles = [await queue.enqueue_async(hold, f"f{i}", 0.2) for i in range(3)]
+        assert [await h.get_result() for h in handles] == ["f0", "f1", "f2"]
+        assert time.monotonic() - started < LONG_POLL / 4  # the third took a freed place
+    finally:
+        await shutdown_async()

@@ -297,15 +297,13 @@ def _ringing(enqueue: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
-    def start_queued_workflows(
-        queue: Any, executor: str, version: str, key: Any, load: int = 0, *args: Any, **kw: Any
-    ) -> Any:
+    def start_queued_workflows(queue: Any, *args: Any, **kwargs: Any) -> Any:
         bell = _BELLS.get(queue.name)
         if bell is None:
-            return claim(queue, executor, version, key, load, *args, **kw)
-        with bell.claiming:  # the places taken now, whoever claimed them
-            load = max(load, bell._dbos._active_workflows_set.count_for_queue(queue.name))
-            claimed, stopped_by = claim(queue, executor, version, key, load, *args, **kw)
+            return claim(queue, *args, **kwargs)
+        with bell.claiming:  # one claim at a time, each counting the places others took
+            args, load = _counting(bell, queue, args)
+            claimed, stopped_by = claim(queue, *args, **kwargs)
             bell.queue = queue
             now = time.monotonic()
             bell.claimed.update((key, now) for key in claimed)
@@ -321,3 +319,11 @@ def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
         return claimed, stopped_by
 
     return start_queued_workflows
+
+
+def _counting(bell: Doorbell, queue: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
+    """The claim's arguments with its local running count (after the executor, the
+    version and the partition) no lower than the places this process holds now."""
+    held = bell._dbos._active_workflows_set.count_for_queue(queue.name)
+    load = max(int(args[3]) if len(args) > 3 else 0, held)
+    return (*args[:3], load, *args[4:]), load
