@@ -44,7 +44,8 @@ class DurableConfig:
     """The DBOS application name (workers of one application share it)."""
     polling_interval_seconds: float = 0.1
     """How often a waiting run checks for messages when the database cannot notify it
-    (SQLite); PostgreSQL notifies at once."""
+    (SQLite; a message sent in this process wakes it at once:
+    :mod:`~tether.durable.messages`); PostgreSQL notifies at once."""
     log_level: str = "WARNING"
     """DBOS's own log level."""
     sqlite_synchronous: str = "NORMAL"
@@ -148,7 +149,16 @@ def launch(config: DurableConfig | None = None) -> None:
     if is_launched():
         raise ConfigError("DBOS is already running in this process; call shutdown() first")
     logging.getLogger("dbos").removeFilter(_QUIET)
-    from tether.durable import dispatch, hops, outcome, prepared, queueconfig, results, steplog
+    from tether.durable import (
+        dispatch,
+        hops,
+        messages,
+        outcome,
+        prepared,
+        queueconfig,
+        results,
+        steplog,
+    )
 
     dispatch.install()
     DBOS(config=config.dbos_config())
@@ -159,17 +169,20 @@ def launch(config: DurableConfig | None = None) -> None:
     prepared.install(_dbos_system_database())
     queueconfig.install(_dbos_system_database())
     results.install(_dbos_system_database(), _dbos_active_runs())
+    messages.install(_dbos_system_database())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
 
 
 def tune_client(client: Any) -> None:
     """Give a :class:`dbos.DBOSClient`'s own system database the statements compiled once
     that :func:`launch` gives the runtime's (its enqueues write the same rows), and let
-    its enqueues wake this process's queue threads at once (:mod:`~tether.durable.dispatch`)."""
-    from tether.durable import dispatch, prepared
+    its enqueues wake this process's queue threads at once (:mod:`~tether.durable.dispatch`)
+    and its messages their receivers here (:mod:`~tether.durable.messages`)."""
+    from tether.durable import dispatch, messages, prepared
 
     prepared.install(client._sys_db)
     dispatch.watch_client(client)
+    messages.watch_client(client)
 
 
 def _dbos_system_database() -> Any:
