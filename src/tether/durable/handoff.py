@@ -37,15 +37,19 @@ log = logging.getLogger("tether.durable")
 T = TypeVar("T")
 _HOOKED = "_tether_handoff"
 
-_EXPECTED_DIGEST = "eba9dcbf495e0a4f"
-"""Digest of DBOS 3.4.0's queue thread (its dispatch of the runs it claimed) and of
-``execute_dequeued_workflow``."""
+_EXPECTED_DIGEST = "80c29eadfae2cc72"
+"""Digest of DBOS 3.4.0's queue thread (its dispatch of the runs it claimed),
+``execute_dequeued_workflow`` and the event loop's ``submit_coroutine``."""
 
 
 def _source_digest() -> str:
-    from dbos import _core
+    from dbos import _core, _event_loop
 
-    return source_digest(dispatch.dbos_queue_worker(), _core.execute_dequeued_workflow)
+    return source_digest(
+        dispatch.dbos_queue_worker(),
+        _core.execute_dequeued_workflow,
+        _event_loop.BackgroundEventLoop.submit_coroutine,
+    )
 
 
 def enqueue_and_start(queue_name: str, enqueue: Callable[[], T]) -> T:
