@@ -52,6 +52,11 @@ of DBOS 3.4.0."""
 _HOOKED = "_tether_doorbells"
 """Set on each DBOS object whose methods ring the doorbells."""
 
+_CLAIM = "_tether_claim"
+"""Set on a system database whose claims :func:`use_claim` replaced."""
+
+_CLAIM_LOCK = threading.Lock()
+
 
 def _source_digest() -> str:
     from dbos import _core, _queue
@@ -237,7 +242,17 @@ def _hook(dbos: Any) -> None:
     active.count_for_queue = count_with_claimed
     sys_db = dbos._sys_db
     _ring_after_enqueue(sys_db)
-    sys_db.start_queued_workflows = _noting_claims(sys_db.start_queued_workflows)
+    with _CLAIM_LOCK:
+        sys_db.start_queued_workflows = _noting_claims(sys_db, sys_db.start_queued_workflows)
+
+
+def use_claim(sys_db: Any, claim: Callable[..., Any]) -> None:
+    """Make ``claim`` the method behind ``sys_db.start_queued_workflows``, under the
+    doorbell's notes whether the queue thread has already hooked it or not."""
+    with _CLAIM_LOCK:
+        setattr(sys_db, _CLAIM, claim)
+        if not getattr(sys_db.start_queued_workflows, _HOOKED, False):
+            sys_db.start_queued_workflows = claim
 
 
 def _ring_after_enqueue(sys_db: Any) -> None:
@@ -257,8 +272,9 @@ def _ringing(enqueue: Callable[..., Any]) -> Callable[..., Any]:
     return enqueue_and_ring
 
 
-def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
+def _noting_claims(sys_db: Any, stock: Callable[..., Any]) -> Callable[..., Any]:
     def start_queued_workflows(queue: Any, *args: Any, **kwargs: Any) -> Any:
+        claim = getattr(sys_db, _CLAIM, stock)
         claimed, stopped_by = claim(queue, *args, **kwargs)
         bell = _BELLS.get(queue.name)
         if bell is not None:
@@ -271,4 +287,5 @@ def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
                 bell.empty_since = now
         return claimed, stopped_by
 
+    setattr(start_queued_workflows, _HOOKED, True)
     return start_queued_workflows
