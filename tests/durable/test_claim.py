@@ -55,8 +55,8 @@ def _rows(sys_db: Any, queue_name: str) -> list[dict[str, Any]]:
 def _enqueue(client: DBOSClient, queue_name: str) -> list[str]:
     """Runs of every kind a claim sorts: priorities, a timeout, another version."""
     kinds: list[dict[str, Any]] = [
-        {},
         {"priority": 5},
+        {},
         {"workflow_timeout": 30.0},
         {"app_version": "another"},
         {"priority": 1},

@@ -148,7 +148,16 @@ def launch(config: DurableConfig | None = None) -> None:
     if is_launched():
         raise ConfigError("DBOS is already running in this process; call shutdown() first")
     logging.getLogger("dbos").removeFilter(_QUIET)
-    from tether.durable import claim, dispatch, hops, outcome, prepared, queueconfig, steplog
+    from tether.durable import (
+        claim,
+        dispatch,
+        hops,
+        outcome,
+        prepared,
+        queueconfig,
+        statuses,
+        steplog,
+    )
 
     dispatch.install()
     DBOS(config=config.dbos_config())
@@ -158,6 +167,7 @@ def launch(config: DurableConfig | None = None) -> None:
     outcome.install(_dbos_system_database())
     prepared.install(_dbos_system_database())
     claim.install(_dbos_system_database())
+    statuses.install(_dbos_system_database())
     queueconfig.install(_dbos_system_database())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
 
