@@ -16,7 +16,8 @@ this process a doorbell it waits on instead of the bare interval:
   process while tickets flow, at most the polling interval); in this process the
   doorbell rings at once.
 
-What a look does (the claims, their limits and transactions) is DBOS's, unchanged. The
+What a look does (the claims, their limits and transactions) is DBOS's, unchanged (its
+statements built once by :mod:`~tether.durable.claim`, through :func:`use_claim`). The
 DBOS code it hooks is checked against the pinned release's source; a release that changed
 it is refused with :class:`ConfigError`, naming the installed DBOS
 (``tests/durable/test_dispatch.py``).
