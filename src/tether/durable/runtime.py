@@ -152,6 +152,7 @@ def launch(config: DurableConfig | None = None) -> None:
         claim,
         dispatch,
         hops,
+        notifier,
         outcome,
         prepared,
         queueconfig,
@@ -160,6 +161,7 @@ def launch(config: DurableConfig | None = None) -> None:
     )
 
     dispatch.install()
+    notifier.install()
     DBOS(config=config.dbos_config())
     DBOS.launch()
 
