@@ -36,6 +36,10 @@ IDLE_SECONDS = 1.0
 """The longest time between two looks at a queue found empty (a look at once when this
 process enqueues to it)."""
 
+LISTENED_IDLE_SECONDS = 10.0
+"""The same while PostgreSQL wakes this process when a run is queued
+(:mod:`~tether.durable.wakeup`): a look that finds nothing is then only a fallback."""
+
 IDLE_SHARE = 0.25
 """The time between looks at a queue found empty, as a share of how long it has been."""
 
@@ -116,7 +120,8 @@ class Doorbell:
             return max(timeout, FULL_SECONDS)
         if self.empty_since is not None:
             stretched = (time.monotonic() - self.empty_since) * IDLE_SHARE
-            return max(timeout, min(stretched, IDLE_SECONDS))
+            longest = LISTENED_IDLE_SECONDS if _listened.is_set() else IDLE_SECONDS
+            return max(timeout, min(stretched, longest))
         return timeout
 
     def unregistered(self) -> int:
@@ -153,6 +158,25 @@ def dbos_queue_worker() -> Callable[..., None]:
         if _queue.queue_worker_thread is _worker and _dbos_worker
         else _queue.queue_worker_thread
     )
+
+
+_listened = threading.Event()
+"""Set while a notification wakes this process when a run is queued by any process."""
+
+
+def listened(on: bool) -> None:
+    """Say whether queued runs wake this process (a look at an empty queue is then a
+    fallback, :data:`LISTENED_IDLE_SECONDS` apart)."""
+    if on:
+        _listened.set()
+    else:
+        _listened.clear()
+
+
+def ring_all() -> None:
+    """Ring every doorbell of this process."""
+    for bell in list(_BELLS.values()):
+        bell.ring()
 
 
 def ring(queue_name: str | None) -> None:

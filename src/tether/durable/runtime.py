@@ -158,6 +158,7 @@ def launch(config: DurableConfig | None = None) -> None:
         queueconfig,
         statuses,
         steplog,
+        wakeup,
     )
 
     dispatch.install()
@@ -172,6 +173,7 @@ def launch(config: DurableConfig | None = None) -> None:
     statuses.install(_dbos_system_database())
     queueconfig.install(_dbos_system_database())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
+    wakeup.install(_dbos_system_database())
 
 
 def tune_client(client: Any) -> None:
@@ -249,6 +251,9 @@ def shutdown(wait_seconds: int = 0) -> None:
     """Stop DBOS; runs still in progress stay pending and recover on the next launch
     (DBOS's warning for each run cancelled from then on is dropped)."""
     logging.getLogger("dbos").addFilter(_QUIET)
+    from tether.durable import wakeup
+
+    wakeup.uninstall()
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
 
 
