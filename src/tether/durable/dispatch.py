@@ -14,7 +14,10 @@ this process a doorbell it waits on instead of the bare interval:
   interval to a quarter of how long it has been empty, up to :data:`IDLE_SECONDS`: work
   enqueued by another process waits at most that long (a decision taken in a console
   process while tickets flow, at most the polling interval); in this process the
-  doorbell rings at once.
+  doorbell rings at once;
+- on PostgreSQL, a run queued by any process rings it too (:mod:`~tether.durable.wakeup`:
+  a notification from the database); while that works, an empty queue is looked at only
+  every :data:`LISTENED_IDLE_SECONDS`, as a fallback.
 
 What a look does (the claims, their limits and transactions) is DBOS's, unchanged (its
 statements built once by :mod:`~tether.durable.claim`, through :func:`use_claim`). The
