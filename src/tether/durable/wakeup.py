@@ -37,10 +37,6 @@ TRIGGER = "tether_queue_wakeup"
 _LOCK_KEY = 0x7E7E_0001_5155_4555
 """The advisory lock under which a worker creates the trigger."""
 
-WAIT_SECONDS = 0.25
-"""The longest the listening thread waits for a notification before checking whether it
-should stop."""
-
 
 def _function_sql(schema: str) -> str:
     return f"""
@@ -102,10 +98,19 @@ class Listener:
         return self
 
     def stop(self, wait: float = 2.0) -> None:
-        """Stop listening (within :data:`WAIT_SECONDS`); wait up to ``wait`` for it."""
+        """Stop listening: an empty notification wakes the thread, which ends; wait up to
+        ``wait`` for it (a lost connection ends it too)."""
+        import sqlalchemy as sa
+
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(wait)
+        if not self._thread.is_alive() or self._thread is threading.current_thread():
+            return
+        try:
+            with self._sys_db.engine.begin() as c:
+                c.execute(sa.text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
+        except sa.exc.DBAPIError:
+            pass  # the server is gone: so is the listening connection
+        self._thread.join(wait)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -128,8 +133,10 @@ class Listener:
             conn.execute(f"LISTEN {CHANNEL}")
             dispatch.listened(True)
             dispatch.ring_all()  # a run queued while nobody listened is looked for now
-            while not self._stop.is_set():
-                for note in conn.notifies(timeout=WAIT_SECONDS):
+            for note in conn.notifies():  # waits in the driver, without a timeout
+                if self._stop.is_set():
+                    break
+                if note.payload:  # an empty one only wakes a thread that stops
                     dispatch.ring(note.payload)
         finally:
             dispatch.listened(False)
