@@ -56,6 +56,31 @@ async def test_a_run_queued_by_another_process_is_taken_at_once(pg_url: str) -> 
     assert wakeup._listener is None
 
 
+async def test_a_lost_listening_connection_is_made_again(pg_url: str) -> None:
+    launch(DurableConfig(pg_url))
+    client = None
+    try:
+        await DBOS.register_queue_async("wq2", polling_interval_sec=LONG_POLL)
+        await _until(lambda: "wq2" in dispatch._BELLS and dispatch._listened.is_set())
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            cut = admin.execute(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                " WHERE query = %s AND pid <> pg_backend_pid()",
+                (f"LISTEN {wakeup.CHANNEL}",),
+            ).fetchall()
+        assert cut == [(True,)]
+        await _until(lambda: not dispatch._listened.is_set())  # polling meanwhile
+        await _until(dispatch._listened.is_set)  # and listening again
+        client = await asyncio.to_thread(DBOSClient, system_database_url=pg_url)
+        options: Any = {"queue_name": "wq2", "workflow_name": "wakeup.echo"}
+        handle = await client.enqueue_async(options, "again")
+        assert await asyncio.wait_for(handle.get_result(), LONG_POLL / 4) == "again"
+    finally:
+        if client is not None:
+            await asyncio.to_thread(client.destroy)
+        await shutdown_async()
+
+
 async def test_the_trigger_is_made_once(pg_url: str) -> None:
     for _ in range(2):
         launch(DurableConfig(pg_url))

@@ -91,6 +91,7 @@ class Listener:
     def __init__(self, sys_db: Any) -> None:
         self._sys_db = sys_db
         self._stop = threading.Event()
+        self._failing = False
         self._thread = threading.Thread(target=self._run, name="tether-queue-wakeup", daemon=True)
 
     def start(self) -> Listener:
@@ -120,7 +121,9 @@ class Listener:
                 dispatch.listened(False)
                 if self._stop.is_set():
                     break
-                log.warning("queue wake-ups paused, polling meanwhile: %s", exc)
+                if not self._failing:  # once per outage, not once a second
+                    log.warning("queue wake-ups paused, polling meanwhile: %s", exc)
+                self._failing = True
                 self._stop.wait(1.0)
         dispatch.listened(False)
 
@@ -131,6 +134,9 @@ class Listener:
         try:
             conn.autocommit = True
             conn.execute(f"LISTEN {CHANNEL}")
+            if self._failing:
+                log.warning("queue wake-ups resumed")
+                self._failing = False
             dispatch.listened(True)
             dispatch.ring_all()  # a run queued while nobody listened is looked for now
             for note in conn.notifies():  # waits in the driver, without a timeout
