@@ -94,7 +94,10 @@ class Database:
             )
             _ping_when_idle(self.engine)
         self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
-        self._reader = self.engine.execution_options(desk_begin="NONE")
+        reads: dict[str, Any] = {"desk_begin": "NONE"}
+        if self.dialect != "sqlite":  # see read_connection
+            reads["isolation_level"] = "AUTOCOMMIT"
+        self._reader = self.engine.execution_options(**reads)
         self._store: SqlStateStore | None = None
         self._keys: StateKeys | None = None
         self._store_lock = threading.Lock()
@@ -115,9 +118,13 @@ class Database:
 
     @contextmanager
     def read_connection(self) -> Iterator[Connection]:
-        """A Core connection for reading (cheaper than a session). On SQLite no transaction
-        is begun: each statement reads a consistent state of its own (use :meth:`read` when
-        several statements must see the same one); elsewhere a read transaction."""
+        """A Core connection for reading (cheaper than a session). No transaction is begun:
+        each statement reads a consistent state of its own (use :meth:`read` when several
+        statements must see the same one on SQLite). On PostgreSQL the connection is in
+        autocommit: under READ COMMITTED a transaction would give each statement its own
+        snapshot all the same, and it cost two round trips more (``BEGIN``, ``ROLLBACK``)
+        while its rollback made psycopg drop the connection's prepared statements (one more
+        round trip to deallocate them, and no statement ever prepared)."""
         with self._reader.connect() as connection:
             yield connection
             connection.rollback()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 from tether.errors import ConfigError
 
@@ -41,3 +43,13 @@ def unknown_dbos(why: str) -> ConfigError:
         f"tether.durable does not know this DBOS ({version('dbos')}): {why}; "
         "install the dbos version pinned in uv.lock"
     )
+
+
+def one_statement(sys_db: Any) -> Callable[[], Any]:
+    """How to open a connection for one statement on DBOS's system database ``sys_db``: on
+    PostgreSQL in autocommit (one statement is its own transaction: no ``BEGIN`` and
+    ``COMMIT`` round trips around it, the driver sending each apart), on SQLite a
+    transaction begun as DBOS begins them (its write lock taken first)."""
+    if sys_db._is_sqlite:
+        return sys_db.engine.begin  # type: ignore[no-any-return]
+    return sys_db.engine.execution_options(isolation_level="AUTOCOMMIT").connect  # type: ignore[no-any-return]

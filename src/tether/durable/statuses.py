@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tether.durable.fence import require_known, source_digest
+from tether.durable.fence import one_statement, require_known, source_digest
 
 _CHECKED = ("get_workflow_statuses", "_key_column", "_wf_in", "_wf_join")
 """The SystemDatabase methods whose behaviour the replacement reproduces."""
@@ -144,6 +144,7 @@ def _reading(sys_db: Any) -> Callable[[list[str]], list[Any]]:
 
     stock = SystemDatabase.get_workflow_statuses.__get__(sys_db)
     built: dict[int, Any] = {}
+    connect = one_statement(sys_db)
 
     @db_retry(sys_db=sys_db)
     def fetch(workflow_ids: list[str]) -> list[dict[str, Any]]:
@@ -154,7 +155,7 @@ def _reading(sys_db: Any) -> Callable[[list[str]], list[Any]]:
         if statement is None:
             statement = built[count] = _statement(sys_db, count)
         params = {f"id{i}": workflow_id for i, workflow_id in enumerate(workflow_ids)}
-        with sys_db.engine.begin() as c:
+        with connect() as c:
             rows = c.execute(statement, params).fetchall()
         return [_status(row._mapping) for row in rows]
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether.durable.fence import require_known, source_digest
+from tether.durable.fence import one_statement, require_known, source_digest
 
 _CHECKED = (
     "check_operation_execution",
@@ -157,12 +157,13 @@ def _check(sys_db: Any, sql: str) -> Callable[..., Any]:
     from dbos._sys_db import WorkflowStatusString, db_retry
 
     cancelled = WorkflowStatusString.CANCELLED.value
+    connect = one_statement(sys_db)
 
     @db_retry(sys_db=sys_db)
     def check_operation_execution(
         workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
     ) -> dict[str, Any] | None:
-        with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.begin() as c:
+        with sys_db._own_key(workflow_id, key=owner_key), connect() as c:
             sys_db._reject_shard_key(workflow_id, None)
             row = c.exec_driver_sql(sql, {"w": workflow_id, "f": function_id}).first()
         assert row is not None, f"Error: Workflow {workflow_id} does not exist"
@@ -200,6 +201,9 @@ def _record(
     from dbos._sys_db import db_retry
     from sqlalchemy.exc import DBAPIError
 
+    # PostgreSQL: every record is one statement (the owner check within it)
+    connect = one_statement(sys_db) if owned_sql is not None else sys_db.engine.begin
+
     def record_operation_result(
         result: Any,
         *,
@@ -228,7 +232,7 @@ def _record(
 
         @db_retry(sys_db=sys_db)
         def record_operation_result_retry() -> None:
-            with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.begin() as c:
+            with sys_db._own_key(workflow_id, key=owner_key), connect() as c:
                 sys_db._reject_shard_key(workflow_id, None)
                 owner = owner_xid if owner_xid is not None else current_owner_xid(workflow_id)
                 sql, params = insert_sql, values
