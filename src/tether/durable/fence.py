@@ -52,4 +52,5 @@ def one_statement(sys_db: Any) -> Callable[[], Any]:
     transaction begun as DBOS begins them (its write lock taken first)."""
     if sys_db._is_sqlite:
         return sys_db.engine.begin  # type: ignore[no-any-return]
-    return sys_db.engine.execution_options(isolation_level="AUTOCOMMIT").connect  # type: ignore[no-any-return]
+    autocommit = sys_db.engine.execution_options(isolation_level="AUTOCOMMIT")
+    return autocommit.connect  # type: ignore[no-any-return]
