@@ -17,7 +17,10 @@
    workers, in this process (the console's side) and in PostgreSQL (its postmaster and
    backends, from /proc), and a worker's CPU a second once the queue is empty (its
    polling and heartbeat: the part of its CPU per ticket that is paid by the second).
-   Targets: two >= 1.8x one; <= 20 ms of worker CPU per ticket.
+   Workers run with ``tether worker``'s default ``--poll`` (1 s): a run queued by the
+   console wakes them by a PostgreSQL notification. Targets: two >= 1.8x one; <= 20 ms of
+   worker CPU per ticket. ``bench/durable_worker.py`` runs one round of this part alone,
+   faster, with the workers' CPU split (user, system, context switches) and a profiler.
 3. **A worker killed midway**: two workers, one SIGKILLed once half the tickets have
    their draft, a third started with ``--recover`` its id: every ticket must end with its
    draft, none refunded twice.
@@ -461,11 +464,12 @@ PostgreSQL and the workers share them). One command: `uv run python bench/durabl
 
 A desk ticket here makes four model calls (triage, two agent turns before the approval,
 one after) and waits for its approval, which this process gives as staff would from the
-console, as soon as it is stored. Workers look at the queue every {POLL:g} s. A worker
-taking C tickets at a time from the queue
-tops out near C / 0.3 s (the three model calls before the approval; a ticket waiting
-for its approval holds no place and no workflow: its decision queues the run's finish). The CPU
-columns say when the machine, not the model, sets the pace: two cores shared by both
+console, as soon as it is stored. Workers run with `--poll {POLL:g}` (the default: a run
+queued by the console wakes them by a PostgreSQL notification, the poll is a fallback).
+A worker taking C tickets at a time from the queue tops out near C / 0.3 s (the three
+model calls before the approval; a ticket waiting for its approval holds no place and
+no workflow: its decision queues the run's finish). The CPU columns say when the machine,
+not the model, sets the pace: two cores shared by both
 workers, PostgreSQL, this process and the load named above.{crowded(max(load))} The desk's
 per-step figure is the ticket's whole overhead over its logged steps (fewer steps make
 each look dearer), and includes the pickup of the decision's workflow from the queue,

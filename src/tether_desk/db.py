@@ -89,15 +89,15 @@ class Database:
             )
             _sqlite_setup(self.engine, self)
         else:
-            self.engine = create_engine(  # a pooled connection a server restart cut is
-                self.url,  # found by its ping and replaced, not handed to a request
-                echo=echo,
-                pool_size=pool_size,
-                max_overflow=pool_size * 4,
-                pool_pre_ping=True,
+            self.engine = create_engine(
+                self.url, echo=echo, pool_size=pool_size, max_overflow=pool_size * 4
             )
+            _ping_when_idle(self.engine)
         self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
-        self._reader = self.engine.execution_options(desk_begin="NONE")
+        reads: dict[str, Any] = {"desk_begin": "NONE"}
+        if self.dialect != "sqlite":  # see read_connection
+            reads["isolation_level"] = "AUTOCOMMIT"
+        self._reader = self.engine.execution_options(**reads)
         self._store: SqlStateStore | None = None
         self._keys: StateKeys | None = None
         self._store_lock = threading.Lock()
@@ -118,9 +118,13 @@ class Database:
 
     @contextmanager
     def read_connection(self) -> Iterator[Connection]:
-        """A Core connection for reading (cheaper than a session). On SQLite no transaction
-        is begun: each statement reads a consistent state of its own (use :meth:`read` when
-        several statements must see the same one); elsewhere a read transaction."""
+        """A Core connection for reading (cheaper than a session). No transaction is begun:
+        each statement reads a consistent state of its own (use :meth:`read` when several
+        statements must see the same one on SQLite). On PostgreSQL the connection is in
+        autocommit: under READ COMMITTED a transaction would give each statement its own
+        snapshot all the same, and it cost two round trips more (``BEGIN``, ``ROLLBACK``)
+        while its rollback made psycopg drop the connection's prepared statements (one more
+        round trip to deallocate them, and no statement ever prepared)."""
         with self._reader.connect() as connection:
             yield connection
             connection.rollback()
@@ -211,6 +215,34 @@ class Database:
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
+
+
+PING_IDLE_SECONDS = 1.0
+"""A pooled PostgreSQL connection idle in the pool this long is pinged before it is lent."""
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection before lending it only if it sat idle in the pool for
+    :data:`PING_IDLE_SECONDS`: a connection a server restart cut (a restart lasts longer
+    than that) is found and replaced, never handed to a request, while a busy process does
+    not pay a round trip per transaction (SQLAlchemy's ``pool_pre_ping`` pings at every
+    checkout). A connection lost while it was busy fails its statement; SQLAlchemy then
+    replaces every connection of the pool older than the failure."""
+    from sqlalchemy.exc import DisconnectionError
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_connection: Any, record: Any) -> None:
+        record.info["desk_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.pop("desk_idle_since", None)
+        if since is None or time.monotonic() - since < PING_IDLE_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(str(exc)) from exc  # the pool connects anew
 
 
 SQLITE_PRAGMAS = (

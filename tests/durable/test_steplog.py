@@ -95,6 +95,7 @@ async def test_steps_log_and_replay_through_the_compiled_statements(log_url: str
         sys_db.record_operation_result(_step(wid, 101), completed_at_epoch_ms=5_000)  # a retry
         with pytest.raises(DBOSWorkflowConflictIDError):  # another execution owns the run
             sys_db.record_operation_result(_step(wid, 103), owner_xid="someone-else")
+        assert sys_db.check_operation_execution(wid, 103, "steplog.add") is None  # nothing
         with pytest.raises(AssertionError, match="does not exist"):
             sys_db.check_operation_execution("no-such-run", 0, "steplog.add")
         ws = sys_db.tables.workflow_status

@@ -14,9 +14,13 @@ this process a doorbell it waits on instead of the bare interval:
   interval to a quarter of how long it has been empty, up to :data:`IDLE_SECONDS`: work
   enqueued by another process waits at most that long (a decision taken in a console
   process while tickets flow, at most the polling interval); in this process the
-  doorbell rings at once.
+  doorbell rings at once;
+- on PostgreSQL, a run queued by any process rings it too (:mod:`~tether.durable.wakeup`:
+  a notification from the database); while that works, an empty queue is looked at only
+  every :data:`LISTENED_IDLE_SECONDS`, as a fallback.
 
-What a look does (the claims, their limits and transactions) is DBOS's, unchanged. The
+What a look does (the claims, their limits and transactions) is DBOS's, unchanged (its
+statements built once by :mod:`~tether.durable.claim`, through :func:`use_claim`). The
 DBOS code it hooks is checked against the pinned release's source; a release that changed
 it is refused with :class:`ConfigError`, naming the installed DBOS
 (``tests/durable/test_dispatch.py``).
@@ -36,6 +40,10 @@ IDLE_SECONDS = 1.0
 """The longest time between two looks at a queue found empty (a look at once when this
 process enqueues to it)."""
 
+LISTENED_IDLE_SECONDS = 10.0
+"""The same while PostgreSQL wakes this process when a run is queued
+(:mod:`~tether.durable.wakeup`): a look that finds nothing is then only a fallback."""
+
 IDLE_SHARE = 0.25
 """The time between looks at a queue found empty, as a share of how long it has been."""
 
@@ -52,6 +60,11 @@ of DBOS 3.4.0."""
 
 _HOOKED = "_tether_doorbells"
 """Set on each DBOS object whose methods ring the doorbells."""
+
+_CLAIM = "_tether_claim"
+"""Set on a system database whose claims :func:`use_claim` replaced."""
+
+_CLAIM_LOCK = threading.Lock()
 
 
 def _source_digest() -> str:
@@ -120,7 +133,8 @@ class Doorbell:
             return max(timeout, FULL_SECONDS)
         if self.empty_since is not None:
             stretched = (time.monotonic() - self.empty_since) * IDLE_SHARE
-            return max(timeout, min(stretched, IDLE_SECONDS))
+            longest = LISTENED_IDLE_SECONDS if _listened.is_set() else IDLE_SECONDS
+            return max(timeout, min(stretched, longest))
         return timeout
 
     def unregistered(self) -> int:
@@ -185,6 +199,25 @@ def quiet() -> Iterator[None]:
         yield
     finally:
         _quiet.on = False
+
+
+_listened = threading.Event()
+"""Set while a notification wakes this process when a run is queued by any process."""
+
+
+def listened(on: bool) -> None:
+    """Say whether queued runs wake this process (a look at an empty queue is then a
+    fallback, :data:`LISTENED_IDLE_SECONDS` apart)."""
+    if on:
+        _listened.set()
+    else:
+        _listened.clear()
+
+
+def ring_all() -> None:
+    """Ring every doorbell of this process."""
+    for bell in list(_BELLS.values()):
+        bell.ring()
 
 
 def ring(queue_name: str | None) -> None:
@@ -276,7 +309,17 @@ def _hook(dbos: Any) -> None:
     active.count_for_queue = count_with_claimed
     sys_db = dbos._sys_db
     _ring_after_enqueue(sys_db)
-    sys_db.start_queued_workflows = _noting_claims(sys_db.start_queued_workflows)
+    with _CLAIM_LOCK:
+        sys_db.start_queued_workflows = _noting_claims(sys_db, sys_db.start_queued_workflows)
+
+
+def use_claim(sys_db: Any, claim: Callable[..., Any]) -> None:
+    """Make ``claim`` the method behind ``sys_db.start_queued_workflows``, under the
+    doorbell's notes whether the queue thread has already hooked it or not."""
+    with _CLAIM_LOCK:
+        setattr(sys_db, _CLAIM, claim)
+        if not getattr(sys_db.start_queued_workflows, _HOOKED, False):
+            sys_db.start_queued_workflows = claim
 
 
 def _ring_after_enqueue(sys_db: Any) -> None:
@@ -296,8 +339,9 @@ def _ringing(enqueue: Callable[..., Any]) -> Callable[..., Any]:
     return enqueue_and_ring
 
 
-def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
+def _noting_claims(sys_db: Any, stock: Callable[..., Any]) -> Callable[..., Any]:
     def start_queued_workflows(queue: Any, *args: Any, **kwargs: Any) -> Any:
+        claim = getattr(sys_db, _CLAIM, stock)
         bell = _BELLS.get(queue.name)
         if bell is None:
             return claim(queue, *args, **kwargs)
@@ -318,6 +362,7 @@ def _noting_claims(claim: Callable[..., Any]) -> Callable[..., Any]:
                 bell.empty_since = now
         return claimed, stopped_by
 
+    setattr(start_queued_workflows, _HOOKED, True)
     return start_queued_workflows
 
 

@@ -2,7 +2,8 @@
 
 Each module that reproduces or reroutes a DBOS internal (:mod:`~tether.durable.steplog`,
 :mod:`~tether.durable.outcome`, :mod:`~tether.durable.prepared`,
-:mod:`~tether.durable.hops`, :mod:`~tether.durable.queueconfig`) keeps a digest of the
+:mod:`~tether.durable.hops`, :mod:`~tether.durable.queueconfig`, :mod:`~tether.durable.claim`,
+:mod:`~tether.durable.statuses`, :mod:`~tether.durable.notifier`) keeps a digest of the
 DBOS source it was written against and calls :func:`require_known` before it installs
 anything: a DBOS release that changed that source is refused, naming the installed
 version, never patched silently.
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 from tether.errors import ConfigError
 
@@ -40,3 +43,14 @@ def unknown_dbos(why: str) -> ConfigError:
         f"tether.durable does not know this DBOS ({version('dbos')}): {why}; "
         "install the dbos version pinned in uv.lock"
     )
+
+
+def one_statement(sys_db: Any) -> Callable[[], Any]:
+    """How to open a connection for one statement on DBOS's system database ``sys_db``: on
+    PostgreSQL in autocommit (one statement is its own transaction: no ``BEGIN`` and
+    ``COMMIT`` round trips around it, the driver sending each apart), on SQLite a
+    transaction begun as DBOS begins them (its write lock taken first)."""
+    if sys_db._is_sqlite:
+        return sys_db.engine.begin  # type: ignore[no-any-return]
+    autocommit = sys_db.engine.execution_options(isolation_level="AUTOCOMMIT")
+    return autocommit.connect  # type: ignore[no-any-return]

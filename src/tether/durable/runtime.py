@@ -150,27 +150,35 @@ def launch(config: DurableConfig | None = None) -> None:
         raise ConfigError("DBOS is already running in this process; call shutdown() first")
     logging.getLogger("dbos").removeFilter(_QUIET)
     from tether.durable import (
+        claim,
         dispatch,
         hops,
         messages,
+        notifier,
         outcome,
         prepared,
         queueconfig,
         results,
+        statuses,
         steplog,
+        wakeup,
     )
 
     dispatch.install()
+    notifier.install()
     DBOS(config=config.dbos_config())
     DBOS.launch()
 
     steplog.install(_dbos_system_database())
     outcome.install(_dbos_system_database())
     prepared.install(_dbos_system_database())
+    claim.install(_dbos_system_database())
+    statuses.install(_dbos_system_database())
     queueconfig.install(_dbos_system_database())
     results.install(_dbos_system_database(), _dbos_active_runs())
     messages.install(_dbos_system_database())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
+    wakeup.install(_dbos_system_database())
 
 
 def tune_client(client: Any) -> None:
@@ -260,6 +268,9 @@ def shutdown(wait_seconds: int = 0) -> None:
     """Stop DBOS; runs still in progress stay pending and recover on the next launch
     (DBOS's warning for each run cancelled from then on is dropped)."""
     logging.getLogger("dbos").addFilter(_QUIET)
+    from tether.durable import wakeup
+
+    wakeup.uninstall()
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
 
 

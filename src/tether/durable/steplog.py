@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether.durable.fence import require_known, source_digest
+from tether.durable.fence import one_statement, require_known, source_digest
 
 _CHECKED = (
     "check_operation_execution",
@@ -64,8 +64,9 @@ def _verify() -> None:
     )
 
 
-def _statements(sys_db: Any) -> tuple[str, str, str]:
-    """The check, owner check and insert for this database, with ``:name`` parameters."""
+def _statements(sys_db: Any) -> tuple[str, str, str, str | None]:
+    """The check, owner check and insert for this database, with ``:name`` parameters,
+    and on PostgreSQL the owner check and insert as one statement."""
     oo = sys_db.tables.operation_outputs
     ws = sys_db.tables.workflow_status
     if sys_db._is_sqlite:
@@ -88,19 +89,52 @@ def _statements(sys_db: Any) -> tuple[str, str, str]:
         f" ON o.workflow_uuid = s.workflow_uuid AND o.function_id = :f"
         f" WHERE s.workflow_uuid = :w"
     )
-    insert = (
+    columns = (
         f"INSERT INTO {prefix}{oo.name} (workflow_uuid, function_id, function_name,"
         " started_at_epoch_ms, completed_at_epoch_ms, output, error, child_workflow_id,"
         " serialization, application_name, retention_timestamp)"
-        " VALUES (:w, :f, :name, :started, :completed, :output, :error, :child,"
-        f" :serialization, :app, {now})"
+    )
+    values = (
+        f":w, :f, :name, :started, :completed, :output, :error, :child, :serialization, :app, {now}"
+    )
+    conflict = (
         " ON CONFLICT (workflow_uuid, function_id) DO UPDATE SET"
         f" completed_at_epoch_ms = {oo.name}.completed_at_epoch_ms"
         " RETURNING completed_at_epoch_ms"
     )
-    if not sys_db._is_sqlite:  # psycopg's parameter style
-        check, owner, insert = (re.sub(r":(\w+)", r"%(\1)s", s) for s in (check, owner, insert))
-    return check, owner, insert
+    insert = f"{columns} VALUES ({values}){conflict}"
+    if sys_db._is_sqlite:
+        return check, owner, insert, None
+    # the run's row locked, then the step inserted only if the run is still the caller's:
+    # no row back means another execution owns it (the same order and locks as two calls)
+    owned = (
+        f"WITH owner AS ({owner}) {columns} SELECT {_typed(values)} FROM owner"
+        f" WHERE owner.owner_xid = :owner{conflict}"
+    )
+    return tuple(  # type: ignore[return-value]
+        re.sub(r":(\w+)", r"%(\1)s", s)  # psycopg's parameter style
+        for s in (check, owner, insert, owned)
+    )
+
+
+def _typed(values: str) -> str:
+    """The VALUES list with each parameter cast to its column's type (a SELECT list does
+    not take them from the insert's columns)."""
+    types = {
+        ":w": "TEXT",
+        ":f": "INTEGER",
+        ":name": "TEXT",
+        ":started": "BIGINT",
+        ":completed": "BIGINT",
+        ":output": "TEXT",
+        ":error": "TEXT",
+        ":child": "TEXT",
+        ":serialization": "TEXT",
+        ":app": "TEXT",
+    }
+    for name, sql_type in types.items():
+        values = re.sub(rf"{name}\b", f"CAST({name} AS {sql_type})", values)
+    return values
 
 
 def install(sys_db: Any) -> bool:
@@ -112,9 +146,9 @@ def install(sys_db: Any) -> bool:
     if type(sys_db) not in (SQLiteSystemDatabase, PostgresSystemDatabase):
         return False
     _verify()
-    check_sql, owner_sql, insert_sql = _statements(sys_db)
+    check_sql, owner_sql, insert_sql, owned_sql = _statements(sys_db)
     sys_db.check_operation_execution = _check(sys_db, check_sql)
-    sys_db.record_operation_result = _record(sys_db, owner_sql, insert_sql)
+    sys_db.record_operation_result = _record(sys_db, owner_sql, insert_sql, owned_sql)
     return True
 
 
@@ -123,12 +157,13 @@ def _check(sys_db: Any, sql: str) -> Callable[..., Any]:
     from dbos._sys_db import WorkflowStatusString, db_retry
 
     cancelled = WorkflowStatusString.CANCELLED.value
+    connect = one_statement(sys_db)
 
     @db_retry(sys_db=sys_db)
     def check_operation_execution(
         workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
     ) -> dict[str, Any] | None:
-        with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.begin() as c:
+        with sys_db._own_key(workflow_id, key=owner_key), connect() as c:
             sys_db._reject_shard_key(workflow_id, None)
             row = c.exec_driver_sql(sql, {"w": workflow_id, "f": function_id}).first()
         assert row is not None, f"Error: Workflow {workflow_id} does not exist"
@@ -157,12 +192,17 @@ def _check(sys_db: Any, sql: str) -> Callable[..., Any]:
     return check_operation_execution
 
 
-def _record(sys_db: Any, owner_sql: str, insert_sql: str) -> Callable[..., None]:
+def _record(
+    sys_db: Any, owner_sql: str, insert_sql: str, owned_sql: str | None
+) -> Callable[..., None]:
     from dbos._context import current_owner_xid
     from dbos._debug_trigger import DebugTriggers
     from dbos._error import DBOSStepNondeterminismError, DBOSWorkflowConflictIDError
     from dbos._sys_db import db_retry
     from sqlalchemy.exc import DBAPIError
+
+    # PostgreSQL: every record is one statement (the owner check within it)
+    connect = one_statement(sys_db) if owned_sql is not None else sys_db.engine.begin
 
     def record_operation_result(
         result: Any,
@@ -192,15 +232,20 @@ def _record(sys_db: Any, owner_sql: str, insert_sql: str) -> Callable[..., None]
 
         @db_retry(sys_db=sys_db)
         def record_operation_result_retry() -> None:
-            with sys_db._own_key(workflow_id, key=owner_key), sys_db.engine.begin() as c:
+            with sys_db._own_key(workflow_id, key=owner_key), connect() as c:
                 sys_db._reject_shard_key(workflow_id, None)
                 owner = owner_xid if owner_xid is not None else current_owner_xid(workflow_id)
-                if owner is not None:
+                sql, params = insert_sql, values
+                if owner is not None and owned_sql is not None:
+                    sql, params = owned_sql, {**values, "owner": owner}
+                elif owner is not None:
                     current = c.exec_driver_sql(owner_sql, {"w": workflow_id}).scalar()
                     if current != owner:
                         raise DBOSWorkflowConflictIDError(workflow_id)
                 try:
-                    rows = c.exec_driver_sql(insert_sql, values).fetchall()
+                    rows = c.exec_driver_sql(sql, params).fetchall()
+                    if not rows and sql is owned_sql:  # the run is not the caller's
+                        raise DBOSWorkflowConflictIDError(workflow_id)
                 except DBAPIError as exc:
                     if sys_db._is_unique_constraint_violation(exc):
                         raise DBOSStepNondeterminismError(
