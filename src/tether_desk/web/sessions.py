@@ -112,9 +112,7 @@ class SessionStore:
             role, account_id, seen, expires, name, email = row
             who = None
             if name is not None:
-                who = Principal(
-                    "staff" if role == "staff" else "customer", account_id, name, email
-                )
+                who = Principal("staff" if role == "staff" else "customer", account_id, name, email)
             kept = Kept(who, seen, expires, self.monotonic())
             self.kept.put(key, kept, ends)
         if now >= kept.expires:
