@@ -45,6 +45,14 @@ def _row_macro() -> Any:
     return templates.env.get_template("inbox_row.html").module.row  # type: ignore[attr-defined]
 
 
+@lru_cache(maxsize=64)
+def inbox_filters(status: str | None, assigned: str | None, statuses: tuple[str, ...]) -> Markup:
+    """The inbox's filters with the chosen one marked (rendered once per choice)."""
+    module: Any = templates.env.get_template("inbox_filters.html").module
+    html: Markup = module.filters(status, assigned, statuses)
+    return html
+
+
 def inbox_rows(found: InboxPage, attention: Container[int]) -> Markup:
     """The page's rows as HTML, newest first, each on a line of its own."""
     waits, owners = found.waits, found.owners

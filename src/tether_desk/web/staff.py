@@ -25,7 +25,7 @@ from tether_desk.trace import run_events, ticket_runs
 from tether_desk.web.app import render
 from tether_desk.web.deps import DeskDep, Staff, WorkerDep
 from tether_desk.web.helpdesk import helpdesk_context
-from tether_desk.web.inbox_rows import inbox_rows
+from tether_desk.web.inbox_rows import inbox_filters, inbox_rows
 from tether_desk.web.query import documented, query_of
 
 router = APIRouter(prefix="/staff")
@@ -87,7 +87,7 @@ async def staff_inbox(
         template,
         page=found.page,
         status=chosen,
-        statuses=STATUSES,
+        filters=inbox_filters(chosen, assigned, STATUSES),
         cursor=cursor,
         assigned=assigned,
         rows=inbox_rows(found, await attention_for_page(desk)),
