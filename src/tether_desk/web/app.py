@@ -234,6 +234,17 @@ def create_app(
     app.state.settings = web
     app.state.sessions = sessions
     app.state.worker = TicketWorker(desk)  # replaced by a running one in the lifespan
+    from tether_desk.web import api, customer, health, operator, staff, stream, thread
+
+    # most asked first: a request is matched against the routes in order, so the staff
+    # pages come before the login, the static files and the rest (no two share a path)
+    app.include_router(staff.router)
+    app.include_router(thread.router)
+    app.include_router(customer.router)
+    app.include_router(stream.router)
+    app.include_router(api.router)
+    app.include_router(operator.router)
+    app.include_router(health.router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     app.add_middleware(Csrf, secret=stored_secret(desk.db, "csrf_secret"), settings=web)
@@ -321,13 +332,4 @@ def create_app(
         drop_session_cookie(response)
         return response
 
-    from tether_desk.web import api, customer, health, operator, staff, stream, thread
-
-    app.include_router(customer.router)
-    app.include_router(staff.router)
-    app.include_router(stream.router)
-    app.include_router(api.router)
-    app.include_router(operator.router)
-    app.include_router(health.router)
-    app.include_router(thread.router)
     return app
