@@ -19,6 +19,7 @@ from tether_desk.tickets import MAX_BODY, save_draft
 from tether_desk.web.app import render
 from tether_desk.web.deps import Customer, DeskDep, Staff, WorkerDep
 from tether_desk.web.query import documented, query_of
+from tether_desk.web.search_rows import search_rows
 
 router = APIRouter()
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
@@ -93,7 +94,7 @@ async def staff_search(
     desk: Desk = request.app.state.desk  # not a dependency: each costs a resolution
     q = query.q
     hits = search(desk.db, q)
-    return render(request, "search.html", q=q[:200], hits=hits)
+    return render(request, "search.html", q=q[:200], hits=hits, rows=search_rows(hits))
 
 
 @router.get("/staff/saved-replies", response_class=HTMLResponse)
