@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Request
 from tether_desk.accounts import Principal
 from tether_desk.pipeline import Desk
 from tether_desk.tickets import TicketRate
+from tether_desk.web.app import principal
 from tether_desk.web.worker import TicketWorker
 
 
@@ -35,8 +36,6 @@ def ticket_rate(request: Request) -> TicketRate:
 
 def _logged_in(request: Request) -> Principal:
     """The logged-in account; pages redirect to the login form, the API answers 401."""
-    from tether_desk.web.app import principal
-
     who = principal(request)
     if who is None:
         if request.url.path.startswith("/api/"):
