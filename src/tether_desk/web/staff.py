@@ -25,7 +25,7 @@ from tether_desk.trace import run_events, ticket_runs
 from tether_desk.web.app import render
 from tether_desk.web.deps import DeskDep, Staff, WorkerDep
 from tether_desk.web.helpdesk import helpdesk_context
-from tether_desk.web.inbox_rows import inbox_filters, inbox_rows
+from tether_desk.web.inbox_rows import inbox_filters, inbox_pager, inbox_rows
 from tether_desk.web.query import documented, query_of
 
 router = APIRouter(prefix="/staff")
@@ -91,6 +91,7 @@ async def staff_inbox(
         cursor=cursor,
         assigned=assigned,
         rows=inbox_rows(found, await attention_for_page(desk)),
+        pager=inbox_pager(found.page, chosen, assigned),
     )
 
 
