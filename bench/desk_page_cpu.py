@@ -8,7 +8,9 @@ Latency under load is about (clients x this), so it is the figure to lower.
 ``--profile FILE`` also runs cProfile in the server's main thread (the event loop) over
 the measured requests only (switched on and off by signals) and prints where the time
 goes; the stats are left in FILE for ``python -m pstats``. About 20 s per kind of page
-without ``--profile``. ``--against REV`` measures REV's desk the same way, alternately.
+without ``--profile``. ``--against REV`` measures REV's desk the same way, alternately,
+``--rounds N`` times: on shared cores the CPU time per request moves with the load, so
+compare the medians (and the least, the figure least disturbed).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import os
 import pstats
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,6 +142,7 @@ def main() -> None:
         sides["after"] = None
         kinds = [args.only] if args.only else list(KINDS)
         load0 = os.getloadavg()[0]
+        seen: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
             for name, src in sides.items():
                 profile = args.profile if name == "after" else None
@@ -149,7 +153,13 @@ def main() -> None:
                                     profile is not None)
                         )  # fmt: skip
                         print(f"round {r + 1} {name}: {kind} {ms:.3f} ms server CPU/request")
+                        seen.setdefault((name, kind), []).append(ms)
         print(f"load average {load0:.1f} to {os.getloadavg()[0]:.1f}; driver {DRIVER.name}")
+        for (name, kind), values in seen.items():
+            print(
+                f"{name} {kind}: median {statistics.median(values):.3f} ms, "
+                f"least {min(values):.3f} ms server CPU/request over {len(values)} rounds"
+            )
     if args.profile:
         for n, kind in enumerate(kinds, 1):
             path = Path(f"{args.profile}.{n}")
