@@ -115,5 +115,6 @@ def search(db: Database, query: str, limit: int = MAX_HITS) -> list[Hit]:
 def _search(c: Connection, found: list[str], limit: int) -> list[Hit]:
     postgresql = c.dialect.name == "postgresql"
     statement = _SEARCH["postgresql" if postgresql else "sqlite"]
-    rows = c.execute(statement, {"q": _terms(found, postgresql), "n": limit, "scan": SCAN})
+    params = {"q": _terms(found, postgresql), "n": limit, "scan": SCAN}
+    rows = c.execute(statement, params).all()  # one fetch, not one per row
     return [Hit(int(r[0]), r[1], r[2], r[3], r[4], r[5], _excerpt(r[6], found)) for r in rows]

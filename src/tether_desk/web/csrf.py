@@ -28,9 +28,13 @@ from tether_desk.web.security import ASGIApp, Message, Receive, Scope, Send, pla
 from tether_desk.web.settings import WebSettings
 
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+COOKIES = "desk.cookies"
+"""Where the request's parsed cookies are kept in its scope."""
 FIELD = "csrftoken"
 HEADER = b"x-csrftoken"
 FAILED = "The form's security token is missing or does not match; reload the page and try again."
+TOKENS_KEPT = 4096
+"""Tokens kept per process (past it, all are dropped and worked out again)."""
 CROSS_ORIGIN = "This request came from another site; open the desk's own page and try again."
 
 
@@ -40,7 +44,11 @@ def cookie_names(settings: WebSettings) -> tuple[str, str]:
 
 
 def cookie_pairs(scope: Scope) -> list[tuple[str, str]]:
-    """Every cookie of the request, duplicates kept, in the order sent."""
+    """Every cookie of the request, duplicates kept, in the order sent (parsed once per
+    request)."""
+    if COOKIES in scope:
+        parsed: list[tuple[str, str]] = scope[COOKIES]
+        return parsed
     out: list[tuple[str, str]] = []
     for name, value in scope.get("headers") or []:
         if name == b"cookie":
@@ -60,18 +68,28 @@ class Csrf:
         self.key = secret.encode()
         self.settings = settings
         self.session_name, self.anon_name = cookie_names(settings)
+        self.tokens: dict[tuple[str, str], str] = {}
 
     def token_for(self, kind: str, value: str) -> str:
-        """The token bound to one cookie's value."""
-        bound = hashlib.sha256(value.encode()).hexdigest()
-        digest = hmac.new(self.key, f"{kind}:{bound}".encode(), hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+        """The token bound to one cookie's value (worked out once per cookie and kept:
+        a browser sends the same cookie on every request)."""
+        key = (kind, value)
+        token = self.tokens.get(key)
+        if token is None:
+            bound = hashlib.sha256(value.encode()).hexdigest()
+            digest = hmac.new(self.key, f"{kind}:{bound}".encode(), hashlib.sha256).digest()
+            token = base64.urlsafe_b64encode(digest).decode().rstrip("=")
+            if len(self.tokens) >= TOKENS_KEPT:
+                self.tokens.clear()
+            self.tokens[key] = token
+        return token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         pairs = cookie_pairs(scope)
+        scope[COOKIES] = pairs  # the session's lookup reads them again
         sessions = [v for k, v in pairs if k == self.session_name]
         anons = [v for k, v in pairs if k == self.anon_name]
         new_anon: str | None = None

@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Request
 from tether_desk.accounts import Principal
 from tether_desk.pipeline import Desk
 from tether_desk.tickets import TicketRate
+from tether_desk.web.app import principal
 from tether_desk.web.worker import TicketWorker
 
 
@@ -33,10 +34,8 @@ def ticket_rate(request: Request) -> TicketRate:
     return TicketRate(web.tickets_per_window, web.ticket_window)
 
 
-async def current(request: Request) -> Principal:
+def _logged_in(request: Request) -> Principal:
     """The logged-in account; pages redirect to the login form, the API answers 401."""
-    from tether_desk.web.app import principal
-
     who = principal(request)
     if who is None:
         if request.url.path.startswith("/api/"):
@@ -45,15 +44,23 @@ async def current(request: Request) -> Principal:
     return who
 
 
-async def customer_only(who: Annotated[Principal, Depends(current)]) -> Principal:
-    """Customers only."""
+async def current(request: Request) -> Principal:
+    """The logged-in account; pages redirect to the login form, the API answers 401."""
+    return _logged_in(request)
+
+
+async def customer_only(request: Request) -> Principal:
+    """Customers only (one dependency, not one on :func:`current`: each level costs a
+    resolution per request)."""
+    who = _logged_in(request)
     if who.role != "customer":
         raise HTTPException(403, "This page is for customers.")
     return who
 
 
-async def staff_only(who: Annotated[Principal, Depends(current)]) -> Principal:
-    """Staff only."""
+async def staff_only(request: Request) -> Principal:
+    """Staff only (one dependency, like :func:`customer_only`)."""
+    who = _logged_in(request)
     if who.role != "staff":
         raise HTTPException(403, "Only support staff can do this.")
     return who

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Container
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from markupsafe import Markup
 
 from tether_desk.inbox import InboxPage
-from tether_desk.tickets import TicketRow
+from tether_desk.tickets import Page, TicketRow
 from tether_desk.web.app import templates
 
 ROWS = 16_384
@@ -45,6 +45,14 @@ def _row_macro() -> Any:
     return templates.env.get_template("inbox_row.html").module.row  # type: ignore[attr-defined]
 
 
+@lru_cache(maxsize=64)
+def inbox_filters(status: str | None, assigned: str | None, statuses: tuple[str, ...]) -> Markup:
+    """The inbox's filters with the chosen one marked (rendered once per choice)."""
+    module: Any = templates.env.get_template("inbox_filters.html").module
+    html: Markup = module.filters(status, assigned, statuses)
+    return html
+
+
 def inbox_rows(found: InboxPage, attention: Container[int]) -> Markup:
     """The page's rows as HTML, newest first, each on a line of its own."""
     waits, owners = found.waits, found.owners
@@ -52,13 +60,36 @@ def inbox_rows(found: InboxPage, attention: Container[int]) -> Markup:
     for t in found.page.rows:
         w = waits.get(t.id)
         line = (t.id, t.subject, t.order, t.customer, t.status, t.category, t.created_at)
-        lines.append(
-            row_html(
-                line,
-                t.id in attention,
-                w.words if w is not None else None,
-                w is not None and w.late,
-                owners.get(t.id),
-            )
+        html = row_html(
+            line,
+            t.id in attention,
+            None if w is None else w.words,
+            w is not None and w.late,
+            owners.get(t.id),
         )
-    return Markup("".join(f"\n    {line}\n  " for line in lines))
+        lines.append(f"\n    {html}\n  ")
+    return Markup("".join(lines))
+
+
+class _PagerAt(NamedTuple):
+    """What the pager shows of a page (the macro reads these names)."""
+
+    page: int
+    pages: int
+    newer: int | None
+    older: int | None
+
+
+def inbox_pager(page: Page, status: str | None, assigned: str | None) -> Markup:
+    """The pager under the inbox's rows (its links keep the filters)."""
+    base = "/staff/inbox?" + (f"status={status}&" if status else "")
+    base += f"assigned={assigned}&" if assigned else ""
+    return _pager(base, _PagerAt(page.page, page.pages, page.newer, page.older))
+
+
+@lru_cache(maxsize=4096)
+def _pager(base: str, at: _PagerAt) -> Markup:
+    """The ``ticket_pager`` macro's HTML for one place in one list (rendered once)."""
+    module: Any = templates.env.get_template("macros.html").module
+    html: Markup = module.ticket_pager(at, base)
+    return html

@@ -4,13 +4,21 @@ The cookie carries a random token; the ``web_sessions`` row is keyed by the toke
 SHA-256. A session ends when its row is deleted: at logout, at "log out everywhere" (every
 row of the account), when it has been idle too long, or at its absolute end. Logging in
 always starts a new session (a new token) and ends the one the browser had.
+
+A process keeps the sessions it has read for :attr:`WebSettings.session_recheck` (5 s by
+default) instead of reading the row on every request (:mod:`tether_desk.web.kept_sessions`):
+a session ended in this process stops working at once (the kept copy goes with the row);
+one ended by another process (another ``--workers`` process) stops within that time. The
+idle and absolute ends are checked against the clock on every request, kept copy or not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from sqlalchemy import and_, bindparam, delete, func, select, update
@@ -19,6 +27,7 @@ from tether_desk.accounts import Principal
 from tether_desk.clock import utcnow
 from tether_desk.db import Database
 from tether_desk.models import Customer, Staff, WebSession
+from tether_desk.web.kept_sessions import Kept, KeptSessions, kept_for
 from tether_desk.web.settings import WebSettings
 
 TOUCH_EVERY = timedelta(seconds=60)
@@ -36,6 +45,7 @@ _LOAD = (
         WebSession.role,
         WebSession.account_id,
         WebSession.last_seen_at,
+        WebSession.expires_at,
         func.coalesce(Customer.name, Staff.name),
         func.coalesce(Customer.email, Staff.email),
     )
@@ -52,6 +62,15 @@ class SessionStore:
 
     db: Database
     settings: WebSettings
+    monotonic: Callable[[], float] = time.monotonic
+    """The clock the kept copies age by (a test moves it)."""
+    own: KeptSessions | None = None
+    """Copies of its own (a test's stand-in for another process); ``None``: those every
+    console of this process shares for this database."""
+    kept: KeptSessions = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kept", self.own or kept_for(self.db))
 
     def create(self, who: Principal, previous: str | None = None) -> str:
         """Start a session for ``who`` (ending ``previous``, the browser's old token);
@@ -72,32 +91,47 @@ class SessionStore:
                     expires_at=now + self.settings.session_absolute,
                 )
             )
+        if previous:
+            self._forget_key(session_id(previous))
         return token
 
     def load(self, token: str) -> Principal | None:
         """Who the token's live session belongs to, or ``None`` (ended, expired, unknown,
-        or its account gone: an idle row is deleted). One indexed read."""
+        or its account gone: an idle row is deleted). One indexed read, or none while the
+        session read last is recent (:attr:`WebSettings.session_recheck`)."""
         key = session_id(token)
         now = utcnow()
-        with self.db.read_connection() as c:
-            row = c.execute(_LOAD, {"id_": key, "now_": now}).one_or_none()
-        if row is None:
+        recheck = self.settings.session_recheck.total_seconds()
+        kept = self.kept.get(key, self.monotonic(), recheck)
+        if kept is None:
+            ends = self.kept.ends
+            with self.db.read_connection() as c:
+                row = c.execute(_LOAD, {"id_": key, "now_": now}).one_or_none()
+            if row is None:
+                return None
+            role, account_id, seen, expires, name, email = row
+            who = None
+            if name is not None:
+                who = Principal("staff" if role == "staff" else "customer", account_id, name, email)
+            kept = Kept(who, seen, expires, self.monotonic())
+            self.kept.put(key, kept, ends)
+        if now >= kept.expires:
+            self._forget_key(key)
             return None
-        role, account_id, seen, name, email = row
-        if now - seen >= self.settings.session_idle:
+        if now - kept.seen >= self.settings.session_idle:
             self.end(token)
             return None
-        if now - seen >= TOUCH_EVERY:
+        if now - kept.seen >= TOUCH_EVERY:
             with self.db.write_connection() as c:
                 c.execute(_TOUCH, {"id_": key, "last_seen_at": now})
-        if name is None:
-            return None
-        return Principal("staff" if role == "staff" else "customer", account_id, name, email)
+            kept.seen = now
+        return kept.who
 
     def end(self, token: str) -> None:
         """End the token's session."""
         with self.db.write() as s:
             s.execute(delete(WebSession).where(WebSession.id == session_id(token)))
+        self._forget_key(session_id(token))
 
     def end_all(self, who: Principal) -> int:
         """End every session of ``who``'s account; returns how many."""
@@ -107,4 +141,11 @@ class SessionStore:
                     WebSession.role == who.role, WebSession.account_id == who.id
                 )
             )
-            return int(done.rowcount or 0)  # type: ignore[attr-defined]
+            ended = int(done.rowcount or 0)  # type: ignore[attr-defined]
+        mine = (who.role, who.id)
+        self.kept.forget(lambda _, v: v.who is not None and (v.who.role, v.who.id) == mine)
+        return ended
+
+    def _forget_key(self, ended: str) -> None:
+        """Drop the kept copy of one session just ended."""
+        self.kept.forget(lambda key, _: key == ended)

@@ -27,6 +27,10 @@ class WebSettings:
     """A session unused this long ends."""
     session_absolute: timedelta = timedelta(hours=8)
     """A session ends this long after login, used or not."""
+    session_recheck: timedelta = timedelta(seconds=5)
+    """How long a process believes a session it has read before reading it again: a
+    session ended in another process (another ``--workers`` process) still works here up
+    to this long; ended in this process, it stops at once. 0: read it on every request."""
     login_account_failures: int = 5
     """Failed logins for one e-mail before it is locked for a while."""
     login_address_failures: int = 20

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from tether_desk.approvals import queue, screen, ticket_approvals
@@ -18,12 +19,14 @@ from tether_desk.models import Staff as StaffRow
 from tether_desk.money import parse_amount
 from tether_desk.operations.attention import attention_for_page, tickets_needing_attention
 from tether_desk.orders import order_view
+from tether_desk.pipeline import Desk
 from tether_desk.tickets import MAX_BODY, draft_of, get_ticket, save_draft, send_reply
 from tether_desk.trace import run_events, ticket_runs
 from tether_desk.web.app import render
 from tether_desk.web.deps import DeskDep, Staff, WorkerDep
 from tether_desk.web.helpdesk import helpdesk_context
-from tether_desk.web.inbox_rows import inbox_rows
+from tether_desk.web.inbox_rows import inbox_filters, inbox_pager, inbox_rows
+from tether_desk.web.query import documented, query_of
 
 router = APIRouter(prefix="/staff")
 Page = Annotated[int, Query(ge=1, le=100_000)]
@@ -42,27 +45,35 @@ STATUSES = (
 LEDGER_PAGE = 25
 
 
-@router.get("/inbox", response_class=HTMLResponse)
+class InboxQuery(BaseModel):
+    """The inbox's query: which page, of which tickets."""
+
+    page: int = Field(1, ge=1, le=100_000)
+    status: str | None = Field(None, max_length=32)
+    before: int | None = Field(None, ge=1, le=2**31 - 1)
+    """The page of tickets older than this one (the pager's links)."""
+    after: int | None = Field(None, ge=1, le=2**31 - 1)
+    """The page of tickets newer than this one."""
+    assigned: str | None = Field(None, pattern="^(me|none|[0-9]{1,9})$")
+    """Only mine (``me``), unassigned (``none``) or a colleague's (their id)."""
+
+
+@router.get("/inbox", response_class=HTMLResponse, openapi_extra=documented(InboxQuery))
 async def staff_inbox(
-    request: Request,
-    who: Staff,
-    desk: DeskDep,
-    page: Page = 1,
-    status: Annotated[str | None, Query(max_length=32)] = None,
-    before: TicketId | None = None,
-    after: TicketId | None = None,
-    assigned: Annotated[str | None, Query(pattern="^(me|none|[0-9]{1,9})$")] = None,
+    request: Request, who: Staff, q: Annotated[InboxQuery, Depends(query_of(InboxQuery))]
 ) -> Response:
     """Every ticket with its triage result and status, newest first (``before``/``after``:
     the page next to a ticket id, as the pager's links ask); ``assigned``: only mine,
     unassigned (``none``) or a colleague's (their id)."""
-    chosen = status if status in STATUSES else None
+    desk: Desk = request.app.state.desk  # not a dependency: each costs a resolution
+    before, after, assigned = q.before, q.after, q.assigned
+    chosen = q.status if q.status in STATUSES else None
     owner: int | Literal["any"] | None = "any"
     if assigned is not None:
         owner = who.id if assigned == "me" else None if assigned == "none" else int(assigned)
     found = inbox_page(
         desk.db,
-        page,
+        q.page,
         status=chosen,
         assignee=owner,
         before=before,
@@ -76,10 +87,11 @@ async def staff_inbox(
         template,
         page=found.page,
         status=chosen,
-        statuses=STATUSES,
+        filters=inbox_filters(chosen, assigned, STATUSES),
         cursor=cursor,
         assigned=assigned,
         rows=inbox_rows(found, await attention_for_page(desk)),
+        pager=inbox_pager(found.page, chosen, assigned),
     )
 
 

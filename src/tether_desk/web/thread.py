@@ -5,17 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field
 
 from tether_desk.assignment import assign
 from tether_desk.errors import DeskError, InvalidInput
+from tether_desk.pipeline import Desk
 from tether_desk.saved_replies import add_saved_reply, filled, saved_replies
 from tether_desk.search import search
 from tether_desk.thread import add_note, customer_reply
 from tether_desk.tickets import MAX_BODY, save_draft
 from tether_desk.web.app import render
 from tether_desk.web.deps import Customer, DeskDep, Staff, WorkerDep
+from tether_desk.web.query import documented, query_of
+from tether_desk.web.search_rows import search_rows
 
 router = APIRouter()
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
@@ -74,18 +78,23 @@ def staff_assign(
     return RedirectResponse(where, status_code=303)
 
 
-@router.get("/staff/search", response_class=HTMLResponse)
+class SearchQuery(BaseModel):
+    """What to search for."""
+
+    q: str = Field("", max_length=10_000)
+
+
+@router.get("/staff/search", response_class=HTMLResponse, openapi_extra=documented(SearchQuery))
 async def staff_search(
-    request: Request,
-    who: Staff,
-    desk: DeskDep,
-    q: Annotated[str, Query(max_length=10_000)] = "",
+    request: Request, who: Staff, query: Annotated[SearchQuery, Depends(query_of(SearchQuery))]
 ) -> Response:
     """Tickets whose subject or messages (notes included) hold every word of ``q`` (``async``
     like the inbox: a few indexed reads cost less than a worker-thread hop). A long query
     is searched by its first words and shown cut."""
+    desk: Desk = request.app.state.desk  # not a dependency: each costs a resolution
+    q = query.q
     hits = search(desk.db, q)
-    return render(request, "search.html", q=q[:200], hits=hits)
+    return render(request, "search.html", q=q[:200], hits=hits, rows=search_rows(hits))
 
 
 @router.get("/staff/saved-replies", response_class=HTMLResponse)
