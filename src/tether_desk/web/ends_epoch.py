@@ -5,11 +5,13 @@ mapped into each process: every end of a session adds one after its row is delet
 process believes a session it kept only while the counter still holds the value it read
 before reading the row (:mod:`tether_desk.web.kept_sessions`). Reading it is one aligned
 64-bit load from the mapping (no system call); adding one is done under a lock held by
-one thread of one process at a time (a ``threading`` lock and ``fcntl.lockf``, whose
-locks belong to the process: a forked child does not share its parent's).
+one thread of one process at a time (a ``threading`` lock per file in the process and
+``fcntl.lockf``, whose locks belong to the process: a forked child does not share its
+parent's), so the counter never goes back to a value it held.
 
 The file is opened without following a symbolic link and must be a regular file of 8
-bytes, owned by this user, with one link and no access for group or others. When it
+bytes owned by the database file's owner (who can forge sessions anyway; one that root
+makes is handed to that owner), with one link and no access for group or others. When it
 cannot be had (an in-memory database, PostgreSQL, a read-only directory, a full disk, a
 planted link or any other wrong file), :func:`ends_epoch_for` returns ``None`` and the
 sessions are read on every request.
@@ -39,13 +41,16 @@ SIZE = 8
 class EndsEpoch:
     """The mapped counter of one database file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, owner: tuple[int, int]) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX)
             try:
                 info = os.fstat(fd)
-                _check(info, path)
+                if info.st_size == 0 and info.st_uid == os.geteuid() != owner[0]:
+                    os.fchown(fd, *owner)  # root made it: it is the database owner's
+                    info = os.fstat(fd)
+                _check(info, path, owner[0])
                 if info.st_size == 0:  # new: write it (a mapped hole could fault on a full disk)
                     if os.pwrite(fd, bytes(SIZE), 0) != SIZE:
                         raise OSError(f"{path}: short write")
@@ -60,7 +65,8 @@ class EndsEpoch:
             raise
         self._fd = fd
         self._word = memoryview(self._map).cast("Q")  # one aligned 64-bit word
-        self._lock = threading.Lock()
+        with _LOCKS_LOCK:
+            self._lock = _LOCKS.setdefault((info.st_dev, info.st_ino), threading.Lock())
         self.path = path
         weakref.finalize(self, _close, self._word, self._map, fd)
 
@@ -78,11 +84,17 @@ class EndsEpoch:
                 fcntl.lockf(self._fd, fcntl.LOCK_UN)
 
 
-def _check(info: os.stat_result, path: Path) -> None:
+_LOCKS: weakref.WeakValueDictionary[tuple[int, int], threading.Lock]
+_LOCKS = weakref.WeakValueDictionary()
+"""One lock per counter file in the process (every mapping of it bumps under it)."""
+_LOCKS_LOCK = threading.Lock()
+
+
+def _check(info: os.stat_result, path: Path, uid: int) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise OSError(f"{path}: not a regular file")
-    if info.st_uid != os.geteuid():
-        raise OSError(f"{path}: owned by uid {info.st_uid}, not {os.geteuid()}")
+    if info.st_uid != uid:
+        raise OSError(f"{path}: owned by uid {info.st_uid}, not {uid}")
     if info.st_nlink != 1:
         raise OSError(f"{path}: {info.st_nlink} links")
     if info.st_mode & 0o077:
@@ -112,7 +124,8 @@ def ends_epoch_for(db: Database) -> EndsEpoch | None:
     if path is None:
         return None
     try:
-        return EndsEpoch(path)
+        database = os.stat(path.with_name(path.name.removesuffix(SUFFIX)))
+        return EndsEpoch(path, (database.st_uid, database.st_gid))
     except (OSError, ValueError) as exc:
         log.warning("sessions are read on every request: no shared end counter (%s)", exc)
         return None
