@@ -56,7 +56,8 @@ class KeptSessions:
         kept = self.copies.get(key)
         if kept is None:
             return None
-        if kept.ends != self.now():  # a session ended since: every copy is stale
+        ends = self.ends
+        if ends is None or kept.ends != ends.read():  # one ended since: all are stale
             with self.lock:
                 self.copies.clear()
             return None
