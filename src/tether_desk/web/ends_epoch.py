@@ -14,7 +14,9 @@ bytes owned by the database file's owner (who can forge sessions anyway; one tha
 makes is handed to that owner), with one link and no access for group or others. When it
 cannot be had (an in-memory database, PostgreSQL, a read-only directory, a full disk, a
 planted link or any other wrong file), :func:`ends_epoch_for` returns ``None`` and the
-sessions are read on every request.
+sessions are read on every request. A process that cannot open it (one of another,
+non-root user that may write the database) ends sessions without adding one: copies
+elsewhere then go only after :attr:`WebSettings.session_recheck`.
 """
 
 from __future__ import annotations
