@@ -65,8 +65,8 @@ class SessionStore:
     monotonic: Callable[[], float] = time.monotonic
     """The clock the kept copies age by (a test moves it)."""
     own: KeptSessions | None = None
-    """Copies of its own (a test's stand-in for another process); ``None``: those every
-    console of this process shares for this database."""
+    """Copies of its own (with their own mapping of the counter, as another process
+    has); ``None``: those every console of this process shares for this database."""
     kept: KeptSessions = field(init=False)
 
     def __post_init__(self) -> None:
@@ -92,19 +92,19 @@ class SessionStore:
                 )
             )
         if previous:
-            self._forget_key(session_id(previous))
+            self.kept.ended()
         return token
 
     def load(self, token: str) -> Principal | None:
         """Who the token's live session belongs to, or ``None`` (ended, expired, unknown,
         or its account gone: an idle row is deleted). One indexed read, or none while the
-        session read last is recent (:attr:`WebSettings.session_recheck`)."""
+        session read last is recent and no session has ended since (module docstring)."""
         key = session_id(token)
         now = utcnow()
         recheck = self.settings.session_recheck.total_seconds()
         kept = self.kept.get(key, self.monotonic(), recheck)
         if kept is None:
-            ends = self.kept.ends
+            ends = self.kept.now()  # before the row: an end after it drops the copy
             with self.db.read_connection() as c:
                 row = c.execute(_LOAD, {"id_": key, "now_": now}).one_or_none()
             if row is None:
@@ -113,10 +113,10 @@ class SessionStore:
             who = None
             if name is not None:
                 who = Principal("staff" if role == "staff" else "customer", account_id, name, email)
-            kept = Kept(who, seen, expires, self.monotonic())
-            self.kept.put(key, kept, ends)
+            kept = Kept(who, seen, expires, self.monotonic(), ends)
+            self.kept.put(key, kept)
         if now >= kept.expires:
-            self._forget_key(key)
+            self.kept.copies.pop(key, None)  # the row is past its end: it cannot be read
             return None
         if now - kept.seen >= self.settings.session_idle:
             self.end(token)
@@ -131,7 +131,7 @@ class SessionStore:
         """End the token's session."""
         with self.db.write() as s:
             s.execute(delete(WebSession).where(WebSession.id == session_id(token)))
-        self._forget_key(session_id(token))
+        self.kept.ended()
 
     def end_all(self, who: Principal) -> int:
         """End every session of ``who``'s account; returns how many."""
@@ -142,10 +142,5 @@ class SessionStore:
                 )
             )
             ended = int(done.rowcount or 0)  # type: ignore[attr-defined]
-        mine = (who.role, who.id)
-        self.kept.forget(lambda _, v: v.who is not None and (v.who.role, v.who.id) == mine)
+        self.kept.ended()
         return ended
-
-    def _forget_key(self, ended: str) -> None:
-        """Drop the kept copy of one session just ended."""
-        self.kept.forget(lambda key, _: key == ended)
