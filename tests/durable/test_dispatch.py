@@ -12,29 +12,14 @@ from typing import Any
 
 import pytest
 from dbos import DBOS, DBOSClient
+from holding import HOLD, LONG_POLL, hold, most, reset, running
 
 from tether.durable import DurableConfig, dispatch, launch, shutdown_async, tune_client
 from tether.errors import ConfigError
 
-LONG_POLL = 60.0
-"""A queue's polling interval longer than any of these tests may take."""
-
-running: set[str] = set()
-most: list[int] = [0]
-
-
-@DBOS.workflow(name="dispatch.hold")
-async def hold(key: str, seconds: float) -> str:
-    running.add(key)
-    most[0] = max(most[0], len(running))
-    await asyncio.sleep(seconds)
-    running.discard(key)
-    return key
-
 
 async def test_enqueues_and_freed_places_are_taken_at_once(log_url: str) -> None:
-    running.clear()
-    most[0] = 0
+    reset()
     launch(DurableConfig(log_url, polling_interval_seconds=0.05))
     client = None
     try:
@@ -48,7 +33,7 @@ async def test_enqueues_and_freed_places_are_taken_at_once(log_url: str) -> None
         handles = [await queue.enqueue_async(hold, f"w{i}", 0.2) for i in range(3)]
         client = await asyncio.to_thread(DBOSClient, system_database_url=log_url)
         tune_client(client)  # its enqueues ring too
-        options: Any = {"queue_name": "dq", "workflow_name": "dispatch.hold"}
+        options: Any = {"queue_name": "dq", "workflow_name": HOLD}
         handles.append(await client.enqueue_async(options, "c0", 0.2))
         handles.append(await client.enqueue_async(options, "c1", 0.2))
         done = [await h.get_result() for h in handles]
@@ -156,8 +141,7 @@ def test_a_dbos_whose_queue_dispatch_changed_is_refused(monkeypatch: pytest.Monk
 async def test_a_run_that_ends_wakes_the_thread_only_when_runs_may_wait(
     log_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    running.clear()
-    most[0] = 0
+    reset()
     launch(DurableConfig(log_url, polling_interval_seconds=0.05))
     try:
         queue = await DBOS.register_queue_async(

@@ -12,24 +12,10 @@ from typing import Any
 
 import pytest
 from dbos import DBOS, DBOSClient
+from holding import HOLD, LONG_POLL, most, reset
 
 from tether.durable import DurableConfig, dispatch, handoff, launch, shutdown_async, tune_client
 from tether.errors import ConfigError
-
-LONG_POLL = 60.0
-"""A queue's polling interval longer than any of these tests may take."""
-
-running: set[str] = set()
-most: list[int] = [0]
-
-
-@DBOS.workflow(name="handoff.hold")
-async def hold(key: str, seconds: float) -> str:
-    running.add(key)
-    most[0] = max(most[0], len(running))
-    await asyncio.sleep(seconds)
-    running.discard(key)
-    return key
 
 
 async def _started(queue: str, places: int, log_url: str) -> DBOSClient:
@@ -49,13 +35,12 @@ async def _started(queue: str, places: int, log_url: str) -> DBOSClient:
 async def test_a_run_enqueued_here_starts_at_once_without_the_queue_thread(
     log_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    running.clear()
-    most[0] = 0
+    reset()
     queue = f"hq-{uuid.uuid4().hex[:8]}"  # a thread of a DBOS stopped before may linger
     client = await _started(queue, 1, log_url)
     monkeypatch.setattr(dispatch.Doorbell, "ring", lambda self: None)  # never woken
     try:
-        options: Any = {"queue_name": queue, "workflow_name": "handoff.hold", **_version()}
+        options: Any = {"queue_name": queue, "workflow_name": HOLD, **_version()}
         started = time.monotonic()
         handoff.enqueue_and_start(queue, lambda: client.enqueue(options, "a", 0.3))
         (status,) = await client.list_workflows_async(queue_name=queue)
@@ -72,12 +57,11 @@ async def test_a_run_enqueued_here_starts_at_once_without_the_queue_thread(
 async def test_runs_started_here_keep_to_the_places_and_wait_for_one_to_free(
     log_url: str,
 ) -> None:
-    running.clear()
-    most[0] = 0
+    reset()
     queue = f"hp-{uuid.uuid4().hex[:8]}"
     client = await _started(queue, 2, log_url)
     try:
-        options: Any = {"queue_name": queue, "workflow_name": "handoff.hold", **_version()}
+        options: Any = {"queue_name": queue, "workflow_name": HOLD, **_version()}
         started = time.monotonic()
         for i in range(5):
             handoff.enqueue_and_start(queue, lambda i=i: client.enqueue(options, f"r{i}", 0.2))

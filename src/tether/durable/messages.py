@@ -12,7 +12,7 @@ and messages sent by other processes, keep the polling.
 
 The DBOS code this relies on is checked against the pinned release's source; a release
 that changed it is refused with :class:`ConfigError`, naming the installed DBOS
-(``tests/durable/test_messages.py``).
+(``tests/durable/test_message_wake.py``).
 """
 
 from __future__ import annotations
