@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from dbos import DBOS, DBOSClient
 
 from tether.durable import DurableConfig, dispatch, launch, shutdown_async, wakeup
@@ -90,3 +91,40 @@ async def test_the_trigger_is_made_once(pg_url: str) -> None:
             "SELECT count(*) FROM pg_trigger WHERE tgname = %s", (wakeup.TRIGGER,)
         ).fetchone()
     assert count == (1,)
+
+
+async def test_a_trigger_dropped_while_listening_is_made_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wakeup, "CHECK_SECONDS", 0.2)
+    launch(DurableConfig(pg_url))
+    client = None
+    try:
+        await DBOS.register_queue_async("wq3", polling_interval_sec=LONG_POLL)
+        await _until(lambda: "wq3" in dispatch._BELLS and dispatch._listened.is_set())
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            (table,) = admin.execute(
+                "SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = %s",
+                (wakeup.TRIGGER,),
+            ).fetchone() or ("",)
+            admin.execute(f"DROP TRIGGER {wakeup.TRIGGER} ON {table}")  # as a migration would
+
+            def made_again() -> bool:
+                found = admin.execute(
+                    "SELECT count(*) FROM pg_trigger WHERE tgname = %s", (wakeup.TRIGGER,)
+                ).fetchone()
+                return found == (1,)
+
+            await _until(made_again)
+        await asyncio.sleep(0.5)  # the look it rang found the queue empty
+        client = await asyncio.to_thread(DBOSClient, system_database_url=pg_url)
+        options: Any = {"queue_name": "wq3", "workflow_name": "wakeup.echo"}
+        started = time.monotonic()
+        handle = await client.enqueue_async(options, "still")
+        assert await asyncio.wait_for(handle.get_result(), LONG_POLL / 4) == "still"
+        assert time.monotonic() - started < LONG_POLL / 4  # woken, not at the next poll
+        assert dispatch._listened.is_set()
+    finally:
+        if client is not None:
+            await asyncio.to_thread(client.destroy)
+        await shutdown_async()

@@ -34,6 +34,11 @@ CHANNEL = "tether_queue"
 TRIGGER = "tether_queue_wakeup"
 """The trigger's and its function's name (the function lives in DBOS's schema)."""
 
+CHECK_SECONDS = 10.0
+"""How often a listening worker makes sure the trigger is still there (a DBOS migration
+that rebuilt its status table would have dropped it, leaving the worker listening to a
+channel nobody notifies): made again if it is gone, and the queues looked at."""
+
 _LOCK_KEY = 0x7E7E_0001_5155_4555
 """The advisory lock under which a worker creates the trigger."""
 
@@ -72,6 +77,7 @@ def install_trigger(sys_db: Any) -> bool:
         with sys_db.engine.begin() as c:
             if c.execute(sa.text(_EXISTS), found).first() is not None:
                 return True
+            log.info("creating the queue wake-up trigger on %s.%s", schema, table)
             c.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
             if c.execute(sa.text(_EXISTS), found).first() is None:  # not made meanwhile
                 c.exec_driver_sql(_function_sql(schema))
@@ -139,14 +145,31 @@ class Listener:
                 self._failing = False
             dispatch.listened(True)
             dispatch.ring_all()  # a run queued while nobody listened is looked for now
-            for note in conn.notifies():  # waits in the driver, without a timeout
-                if self._stop.is_set():
-                    break
-                if note.payload:  # an empty one only wakes a thread that stops
-                    dispatch.ring(note.payload)
+            while not self._stop.is_set():
+                for note in conn.notifies(timeout=CHECK_SECONDS):  # none lost in between
+                    if self._stop.is_set():
+                        return
+                    if note.payload:  # an empty one only wakes a thread that stops
+                        dispatch.ring(note.payload)
+                self._check_trigger()
         finally:
             dispatch.listened(False)
             conn.close()
+
+    def _check_trigger(self) -> None:
+        """Make the trigger again if it went; then look at the queues (a run queued
+        while it was gone was announced to nobody). Raises if it cannot be made."""
+        import sqlalchemy as sa
+
+        schema, table = self._sys_db.schema, self._sys_db.tables.workflow_status.name
+        found = {"name": TRIGGER, "table": f'"{schema}".{table}'}
+        with self._sys_db.engine.connect() as c:
+            if c.execute(sa.text(_EXISTS), found).first() is not None:
+                return
+        log.warning("the queue wake-up trigger was gone: making it again")
+        if not install_trigger(self._sys_db):
+            raise RuntimeError("the wake-up trigger is gone and could not be created")
+        dispatch.ring_all()
 
 
 _listener: Listener | None = None
