@@ -66,20 +66,27 @@ def _trigger_sql(schema: str, table: str) -> str:
 _EXISTS = "SELECT 1 FROM pg_trigger WHERE tgname = :name AND tgrelid = CAST(:table AS regclass)"
 
 
+def _exists(c: Any, sys_db: Any) -> bool:
+    """Whether the trigger is on ``sys_db``'s status table (read on connection ``c``)."""
+    import sqlalchemy as sa
+
+    table = f'"{sys_db.schema}".{sys_db.tables.workflow_status.name}'
+    return c.execute(sa.text(_EXISTS), {"name": TRIGGER, "table": table}).first() is not None
+
+
 def install_trigger(sys_db: Any) -> bool:
     """Create the trigger on ``sys_db``'s (DBOS's PostgreSQL system database) status
     table if it is missing; whether it is there."""
     import sqlalchemy as sa
 
     schema, table = sys_db.schema, sys_db.tables.workflow_status.name
-    found = {"name": TRIGGER, "table": f'"{schema}".{table}'}
     try:
         with sys_db.engine.begin() as c:
-            if c.execute(sa.text(_EXISTS), found).first() is not None:
+            if _exists(c, sys_db):
                 return True
             log.info("creating the queue wake-up trigger on %s.%s", schema, table)
             c.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
-            if c.execute(sa.text(_EXISTS), found).first() is None:  # not made meanwhile
+            if not _exists(c, sys_db):  # not made meanwhile
                 c.exec_driver_sql(_function_sql(schema))
                 c.exec_driver_sql(_trigger_sql(schema, table))
         return True
@@ -159,12 +166,8 @@ class Listener:
     def _check_trigger(self) -> None:
         """Make the trigger again if it went; then look at the queues (a run queued
         while it was gone was announced to nobody). Raises if it cannot be made."""
-        import sqlalchemy as sa
-
-        schema, table = self._sys_db.schema, self._sys_db.tables.workflow_status.name
-        found = {"name": TRIGGER, "table": f'"{schema}".{table}'}
         with self._sys_db.engine.connect() as c:
-            if c.execute(sa.text(_EXISTS), found).first() is not None:
+            if _exists(c, self._sys_db):
                 return
         log.warning("the queue wake-up trigger was gone: making it again")
         if not install_trigger(self._sys_db):
