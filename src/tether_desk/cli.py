@@ -208,7 +208,13 @@ def serve_command(
     try:
         if app is not None:
             config = uvicorn.Config(
-                app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,  # info lines, never shown at warning: not even formatted
+                lifespan="on",
+                proxy_headers=False,
             )  # forwarded headers: only from TETHER_DESK_TRUSTED_PROXIES (the app reads them)
             import gc
             import sys

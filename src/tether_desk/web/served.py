@@ -103,6 +103,7 @@ def serve_workers(desk: Desk, spec: str, host: str, port: int, workers: int) -> 
             port=port,
             workers=workers,
             log_level="warning",
+            access_log=False,  # info lines, never shown at warning: not even formatted
             lifespan="on",
             proxy_headers=False,  # the app reads them from its trusted proxies only
         )
