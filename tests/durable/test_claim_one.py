@@ -123,3 +123,48 @@ async def test_a_named_application_claims_what_dbos_claims(
     finally:
         client.destroy()
         await shutdown_async()
+
+
+async def test_the_read_after_a_claim_is_answered_by_the_claim(log_url: str) -> None:
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    client = DBOSClient(system_database_url=log_url)
+    try:
+        sys_db = _sys_db()
+        _enqueue(client, "claim.read")
+        stock = SystemDatabase.get_workflow_statuses.__get__(sys_db)
+        ids, _ = sys_db._tether_claim(
+            _queue("claim.read", 3), "exec", GlobalParams.app_version, None, 0, owner_xid="me"
+        )
+        assert len(ids) == 3
+        seen: list[str] = []
+
+        def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            seen.append(statement)
+
+        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
+        try:
+            recalled = sys_db.get_workflow_statuses(ids)
+            assert seen == []  # answered by the claim's RETURNING
+            again = sys_db.get_workflow_statuses(ids)
+            assert len(seen) == 1  # once only: the next read reads
+        finally:
+            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
+        read = {s["workflow_uuid"]: s for s in stock(ids)}
+        assert recalled == again == [read[i] for i in ids]
+        assert [s["status"] for s in recalled] == ["PENDING"] * 3
+        assert {type(s["is_debounced"]) for s in recalled} == {bool}
+        ids, _ = sys_db._tether_claim(
+            _queue("claim.read", 1), "exec", GlobalParams.app_version, None, 0, owner_xid="me"
+        )
+        asked = [ids[0], recalled[0]["workflow_uuid"]]  # not the runs the claim took
+        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
+        try:
+            other = sys_db.get_workflow_statuses(asked)
+        finally:
+            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
+        assert len(seen) == 2
+        read = {s["workflow_uuid"]: s for s in stock(asked)}
+        assert other == [read[i] for i in asked]
+    finally:
+        client.destroy()
+        await shutdown_async()

@@ -18,6 +18,8 @@ through DBOS's ``_execute_prepared`` (compiled once by DBOS on PostgreSQL, by
   skipped, the same limit and order (the runs come back with their priority and creation
   time and are sorted as DBOS's SELECT sorts them), the same values written.
 
+On both, the UPDATE returns the taken runs' statuses as DBOS's queue thread reads them
+next (:func:`tether.durable.statuses.remember`): that read then costs no statement.
 Any other queue, or call, goes DBOS's way.
 
 The methods it reproduces are checked against the DBOS this was written for:
@@ -32,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tether.durable import statuses
 from tether.durable.fence import one_statement, require_known, source_digest
 
 _CHECKED = (
@@ -139,7 +142,7 @@ def _claiming(sys_db: Any) -> Callable[..., Any]:
             if max_tasks <= 0:
                 return [], "partition_worker_concurrency"
         if claim_in_one is not None:
-            taken = claim_in_one(
+            ids = claim_in_one(
                 queue.name,
                 max_tasks,
                 owner_xid,
@@ -148,7 +151,7 @@ def _claiming(sys_db: Any) -> Callable[..., Any]:
                 start_time_ms,
                 is_latest_version,
             )
-            return taken, None
+            return ids, None
         with sys_db._begin(None) as c:
             if is_latest_version is None:
                 is_latest_version = sys_db._is_latest_version(app_version, c)
@@ -172,15 +175,18 @@ def _claiming(sys_db: Any) -> Callable[..., Any]:
                 from dbos._logger import dbos_logger
 
                 dbos_logger.debug(f"[{queue.name}] dequeueing {len(dequeued_ids)} task(s)")
-            claimed: set[str] = set()
+            claimed: dict[str, dict[str, Any]] = {}
             chunk_size = 4096
             for start in range(0, len(dequeued_ids), chunk_size):
                 chunk = dequeued_ids[start : start + chunk_size]
                 for workflow_id in chunk:
                     sys_db._reject_shard_key(workflow_id, None)
                 flipped = update(c, chunk, owner_xid, app_version, executor_id, start_time_ms)
-                claimed.update(row[0] for row in flipped)
-            return [id for id in dequeued_ids if id in claimed], None
+                claimed.update((status["workflow_uuid"], status) for status in flipped)
+            taken = [claimed[id] for id in dequeued_ids if id in claimed]
+        if taken:
+            statuses.remember(taken)  # committed: what a read now gives, unless changed since
+        return [status["workflow_uuid"] for status in taken], None
 
     return start_queued_workflows
 
@@ -193,6 +199,7 @@ def _builders(sys_db: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
 
     ws = sys_db.tables.workflow_status
     enqueued = WorkflowStatusString.ENQUEUED.value
+    columns, status_of = statuses.returned(sys_db)
 
     def select(is_latest: bool, limited: bool, named: bool) -> Any:
         version = ws.c.application_version == sa.bindparam("app_version")
@@ -221,7 +228,7 @@ def _builders(sys_db: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
             .where(ws.c.status == enqueued)
             .where(_owned(ws, named, app_name))
             .values(**_flipped(sys_db, app_name))
-            .returning(ws.c.workflow_uuid)
+            .returning(*columns)
         )
 
     def update(
@@ -231,7 +238,7 @@ def _builders(sys_db: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
         app_version: str,
         executor_id: str,
         start_time_ms: int,
-    ) -> Any:
+    ) -> list[dict[str, Any]]:
         named = bool(sys_db.app_name)
         values: dict[str, Any] = {  # the keys of _UPDATE_KEYS
             "owner_xid": owner_xid,
@@ -242,18 +249,20 @@ def _builders(sys_db: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
         }
         if len(chunk) > MAX_PREPARED_IDS:
             statement = build_update(chunk, named, sys_db.app_name)
-            return c.execute(statement, {k: values[k] for k in _UPDATE_KEYS}).fetchall()
+            rows = c.execute(statement, {k: values[k] for k in _UPDATE_KEYS}).fetchall()
+            return [statuses.status_of_row(row) for row in rows]
         keys = [f"id{i}" for i in range(len(chunk))]
         values.update(zip(keys, chunk, strict=True))
         values["app_name"] = sys_db.app_name
         ids: list[Any] = [sa.bindparam(k) for k in keys]
-        return sys_db._execute_prepared(
+        rows = sys_db._execute_prepared(
             c,
             f"tether.claim.update.{len(chunk)}.{int(named)}",
             values,
             lambda: build_update(ids, named, sa.bindparam("app_name")),
             insert_columns=False,
         ).fetchall()
+        return [status_of(row) for row in rows]
 
     return select, update
 
@@ -347,6 +356,7 @@ def _one_statement(sys_db: Any) -> Callable[..., list[str]]:
     ws = sys_db.tables.workflow_status
     enqueued = WorkflowStatusString.ENQUEUED.value
     connect = one_statement(sys_db)
+    columns, status_of = statuses.returned(sys_db)
 
     def build(latest: str, limited: bool, named: bool) -> Any:
         version = ws.c.application_version == sa.bindparam("app_version")
@@ -374,7 +384,7 @@ def _one_statement(sys_db: Any) -> Callable[..., list[str]]:
             .where(ws.c.status == enqueued)
             .where(_owned(ws, named, app_name))
             .values(**_flipped(sys_db, app_name))
-            .returning(ws.c.workflow_uuid, cte.c.priority, cte.c.created_at)
+            .returning(*columns)
         )
 
     def claim(
@@ -405,8 +415,11 @@ def _one_statement(sys_db: Any) -> Callable[..., list[str]]:
             rows = sys_db._execute_prepared(
                 c, shape, values, lambda: build(latest, limited, named), insert_columns=False
             ).fetchall()
-        if rows:
-            dbos_logger.debug(f"[{queue_name}] dequeueing {len(rows)} task(s)")
-        return [row[0] for row in sorted(rows, key=lambda row: (row[1], row[2]))]
+        if not rows:
+            return []
+        dbos_logger.debug(f"[{queue_name}] dequeueing {len(rows)} task(s)")
+        taken = sorted(map(status_of, rows), key=lambda s: (s["priority"], s["created_at"]))
+        statuses.remember(taken)
+        return [s["workflow_uuid"] for s in taken]
 
     return claim
