@@ -1,26 +1,26 @@
-"""A plain queue's claim as statements compiled once, not built per call.
+"""A plain queue's claim as one statement compiled once, not built per call.
 
 DBOS 3.4's queue thread claims work with ``SystemDatabase.start_queued_workflows``: in one
 transaction, a read of the application's latest version, a SELECT of the queue's next
 ENQUEUED runs and an UPDATE that flips them to PENDING, all built as SQLAlchemy statements
-anew on every look, on SQLite and PostgreSQL alike. :func:`install` replaces it on a
-running, unsharded system database, for a queue with no budget shared with other workers
-(no global or partition concurrency, no rate limit, no partition key: what a tether
-worker's queue is), by statements built once per shape with bind parameters and run
-through DBOS's ``_execute_prepared`` (compiled once by DBOS on PostgreSQL, by
-:mod:`~tether.durable.prepared` on SQLite):
+anew on every look, on SQLite and PostgreSQL alike; the queue thread then reads the runs'
+statuses. :func:`install` replaces it on a running, unsharded system database, for a
+queue with no budget shared with other workers (no global or partition concurrency, no
+rate limit, no partition key: what a tether worker's queue is), by one statement per
+shape, built once with bind parameters and run through DBOS's ``_execute_prepared``
+(compiled once by DBOS on PostgreSQL, by :mod:`~tether.durable.prepared` on SQLite):
 
-- on SQLite, the same statements in the same transaction;
-- on PostgreSQL, one statement in autocommit (one round trip instead of five: ``BEGIN``,
-  the version, the SELECT, the UPDATE, ``COMMIT``): ``WITH picked AS (SELECT ... FOR
-  UPDATE SKIP LOCKED) UPDATE ... FROM picked ... RETURNING``, the latest version read in
-  it as a subquery. READ COMMITTED, as DBOS's transaction: the same rows locked and
-  skipped, the same limit and order (the runs come back with their priority and creation
-  time and are sorted as DBOS's SELECT sorts them), the same values written.
+- on PostgreSQL, in autocommit (one round trip instead of five: ``BEGIN``, the version,
+  the SELECT, the UPDATE, ``COMMIT``): ``WITH picked AS (SELECT ... FOR UPDATE SKIP
+  LOCKED) UPDATE ... FROM picked ... RETURNING``. READ COMMITTED, as DBOS's transaction:
+  the same rows locked and skipped, the same limit and order, the same values written;
+- on SQLite, ``UPDATE ... WHERE workflow_uuid IN (SELECT ... LIMIT) RETURNING`` in a
+  transaction begun as DBOS begins it (the write lock held by the UPDATE from its start).
 
-On both, the UPDATE returns the taken runs' statuses as DBOS's queue thread reads them
-next (:func:`tether.durable.statuses.remember`): that read then costs no statement.
-Any other queue, or call, goes DBOS's way.
+The latest version is read in the statement as a subquery where DBOS would read it. The
+UPDATE returns the taken runs' statuses as the queue thread reads them next, sorted as
+DBOS's SELECT sorts them (:func:`tether.durable.statuses.remember`): that read then costs
+no statement. Any other queue, or call, goes DBOS's way.
 
 The methods it reproduces are checked against the DBOS this was written for:
 :func:`install` raises :class:`ConfigError`, naming the installed DBOS, if a release
@@ -55,12 +55,6 @@ _CHECKED = (
 
 _EXPECTED_DIGEST = "c24006e6636521f9"
 """Digest of the methods in ``_CHECKED`` in the DBOS this reproduces (3.4.0)."""
-
-_UPDATE_KEYS = ("owner_xid", "app_version", "executor_id", "start_time_ms", "max_less_start")
-
-MAX_PREPARED_IDS = 64
-"""The most runs one claim's UPDATE names as a statement compiled once; a larger claim's
-UPDATE is built per call, as DBOS builds it."""
 
 
 def _source_digest() -> str:
@@ -105,8 +99,7 @@ def _claiming(sys_db: Any) -> Callable[..., Any]:
     from dbos._sys_db import SystemDatabase
 
     stock = SystemDatabase.start_queued_workflows.__get__(sys_db)
-    select, update = _builders(sys_db)
-    claim_in_one = None if sys_db._is_sqlite else _one_statement(sys_db)
+    claim_in_one = _one_statement(sys_db)
 
     def start_queued_workflows(
         queue: Any,
@@ -141,130 +134,18 @@ def _claiming(sys_db: Any) -> Callable[..., Any]:
             max_tasks = min(max_tasks, max(0, room))
             if max_tasks <= 0:
                 return [], "partition_worker_concurrency"
-        if claim_in_one is not None:
-            ids = claim_in_one(
-                queue.name,
-                max_tasks,
-                owner_xid,
-                app_version,
-                executor_id,
-                start_time_ms,
-                is_latest_version,
-            )
-            return ids, None
-        with sys_db._begin(None) as c:
-            if is_latest_version is None:
-                is_latest_version = sys_db._is_latest_version(app_version, c)
-            limited = max_tasks != sys.maxsize
-            values: dict[str, Any] = {"queue_name": queue.name, "app_version": app_version}
-            if limited:
-                values["max_tasks"] = int(max_tasks)
-            named = bool(sys_db.app_name)
-            if named:
-                values["app_name"] = sys_db.app_name
-            shape = f"tether.claim.select.{int(bool(is_latest_version))}{int(limited)}{int(named)}"
-            rows = sys_db._execute_prepared(
-                c,
-                shape,
-                values,
-                lambda: select(bool(is_latest_version), limited, named),
-                insert_columns=False,
-            ).fetchall()
-            dequeued_ids: list[str] = [row[0] for row in rows]
-            if dequeued_ids:
-                from dbos._logger import dbos_logger
-
-                dbos_logger.debug(f"[{queue.name}] dequeueing {len(dequeued_ids)} task(s)")
-            claimed: dict[str, dict[str, Any]] = {}
-            chunk_size = 4096
-            for start in range(0, len(dequeued_ids), chunk_size):
-                chunk = dequeued_ids[start : start + chunk_size]
-                for workflow_id in chunk:
-                    sys_db._reject_shard_key(workflow_id, None)
-                flipped = update(c, chunk, owner_xid, app_version, executor_id, start_time_ms)
-                claimed.update((status["workflow_uuid"], status) for status in flipped)
-            taken = [claimed[id] for id in dequeued_ids if id in claimed]
-        if taken:
-            statuses.remember(taken)  # committed: what a read now gives, unless changed since
-        return [status["workflow_uuid"] for status in taken], None
+        ids = claim_in_one(
+            queue.name,
+            max_tasks,
+            owner_xid,
+            app_version,
+            executor_id,
+            start_time_ms,
+            is_latest_version,
+        )
+        return ids, None
 
     return start_queued_workflows
-
-
-def _builders(sys_db: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The claim's SELECT (by shape) and its UPDATE (run on a connection), as DBOS's
-    ``start_queued_workflows`` builds them for a plain queue, with bind parameters."""
-    import sqlalchemy as sa
-    from dbos._sys_db import _MAX_BIGINT, WorkflowStatusString
-
-    ws = sys_db.tables.workflow_status
-    enqueued = WorkflowStatusString.ENQUEUED.value
-    columns, status_of = statuses.returned(sys_db)
-
-    def select(is_latest: bool, limited: bool, named: bool) -> Any:
-        version = ws.c.application_version == sa.bindparam("app_version")
-        if is_latest:
-            version = sa.or_(version, ws.c.application_version.is_(None))
-        query = (
-            sa.select(ws.c.workflow_uuid)
-            .select_from(ws)
-            .where(*sys_db._scoped(ws))
-            .where(ws.c.queue_name == sa.bindparam("queue_name"))
-            .where(ws.c.status == enqueued)
-            .where(sys_db._in_flight_status_prover())
-            .where(version)
-            .where(_owned(ws, named, sa.bindparam("app_name")))
-            .with_for_update(skip_locked=True, nowait=False)
-        )
-        query = query.order_by(ws.c.priority.asc(), ws.c.created_at.asc())
-        if limited:
-            query = query.limit(sa.bindparam("max_tasks", type_=sa.Integer))
-        return query
-
-    def build_update(ids: Any, named: bool, app_name: Any) -> Any:
-        return (
-            ws.update()
-            .where(ws.c.workflow_uuid.in_(ids))
-            .where(ws.c.status == enqueued)
-            .where(_owned(ws, named, app_name))
-            .values(**_flipped(sys_db, app_name))
-            .returning(*columns)
-        )
-
-    def update(
-        c: Any,
-        chunk: list[str],
-        owner_xid: str | None,
-        app_version: str,
-        executor_id: str,
-        start_time_ms: int,
-    ) -> list[dict[str, Any]]:
-        named = bool(sys_db.app_name)
-        values: dict[str, Any] = {  # the keys of _UPDATE_KEYS
-            "owner_xid": owner_xid,
-            "app_version": app_version,
-            "executor_id": executor_id,
-            "start_time_ms": start_time_ms,
-            "max_less_start": _MAX_BIGINT - start_time_ms,
-        }
-        if len(chunk) > MAX_PREPARED_IDS:
-            statement = build_update(chunk, named, sys_db.app_name)
-            rows = c.execute(statement, {k: values[k] for k in _UPDATE_KEYS}).fetchall()
-            return [statuses.status_of_row(row) for row in rows]
-        keys = [f"id{i}" for i in range(len(chunk))]
-        values.update(zip(keys, chunk, strict=True))
-        values["app_name"] = sys_db.app_name
-        ids: list[Any] = [sa.bindparam(k) for k in keys]
-        rows = sys_db._execute_prepared(
-            c,
-            f"tether.claim.update.{len(chunk)}.{int(named)}",
-            values,
-            lambda: build_update(ids, named, sa.bindparam("app_name")),
-            insert_columns=False,
-        ).fetchall()
-        return [status_of(row) for row in rows]
-
-    return select, update
 
 
 def _owned(ws: Any, named: bool, app_name: Any) -> Any:
@@ -345,7 +226,8 @@ def _latest_is(sys_db: Any, named: bool) -> Any:
 
 
 def _one_statement(sys_db: Any) -> Callable[..., list[str]]:
-    """PostgreSQL's claim of a plain queue as one statement in autocommit: the claim
+    """A plain queue's claim as one statement (in autocommit on PostgreSQL, in a
+    transaction on SQLite): the claim
     (queue name, most runs or ``sys.maxsize``, owner, version, executor, start time in ms,
     whether the version is the latest or None to read it) answering the runs taken, in
     DBOS's order."""
@@ -367,20 +249,24 @@ def _one_statement(sys_db: Any) -> Callable[..., list[str]]:
             version = sa.or_(version, unversioned)
         app_name: Any = sa.bindparam("app_name")
         picked = (
-            sa.select(ws.c.workflow_uuid, ws.c.priority, ws.c.created_at)
+            sa.select(ws.c.workflow_uuid)
             .where(ws.c.queue_name == sa.bindparam("queue_name"))
             .where(ws.c.status == enqueued)
+            .where(sys_db._in_flight_status_prover())
             .where(version)
             .where(_owned(ws, named, app_name))
             .order_by(ws.c.priority.asc(), ws.c.created_at.asc())
-            .with_for_update(skip_locked=True, nowait=False)
         )
         if limited:
             picked = picked.limit(sa.bindparam("max_tasks", type_=sa.Integer))
-        cte = picked.cte("tether_picked")
+        if sys_db._is_sqlite:  # no row locks: the transaction holds the write lock
+            taken = ws.c.workflow_uuid.in_(picked.scalar_subquery())
+        else:
+            cte = picked.with_for_update(skip_locked=True, nowait=False).cte("tether_picked")
+            taken = ws.c.workflow_uuid == cte.c.workflow_uuid
         return (
             ws.update()
-            .where(ws.c.workflow_uuid == cte.c.workflow_uuid)
+            .where(taken)
             .where(ws.c.status == enqueued)
             .where(_owned(ws, named, app_name))
             .values(**_flipped(sys_db, app_name))
