@@ -15,7 +15,7 @@ from dbos._sys_db import SystemDatabase
 from dbos._utils import GlobalParams
 from test_claim import _enqueue, _queue, _rows
 
-from tether.durable import DurableConfig, launch, shutdown_async
+from tether.durable import DurableConfig, launch, shutdown_async, statuses
 
 
 def _sys_db() -> Any:
@@ -168,6 +168,27 @@ async def test_the_read_after_a_claim_is_answered_by_the_claim(log_url: str) -> 
         assert len(seen) == 2
         read = {s["workflow_uuid"]: s for s in stock(asked)}
         assert other == [read[i] for i in asked]
+    finally:
+        client.destroy()
+        await shutdown_async()
+
+
+async def test_a_read_long_after_a_claim_reads(
+    log_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    client = DBOSClient(system_database_url=log_url)
+    try:
+        sys_db = _sys_db()
+        _enqueue(client, "claim.late")
+        ids, _ = sys_db._tether_claim(
+            _queue("claim.late", 1), "exec", GlobalParams.app_version, None, 0, owner_xid="me"
+        )
+        ws = sys_db.tables.workflow_status
+        with sys_db.engine.begin() as c:  # changed since, as a cancel elsewhere would
+            c.execute(sa.update(ws).where(ws.c.workflow_uuid == ids[0]).values(status="CANCELLED"))
+        monkeypatch.setattr(statuses, "RECALL_SECONDS", 0.0)
+        assert [s["status"] for s in sys_db.get_workflow_statuses(ids)] == ["CANCELLED"]
     finally:
         client.destroy()
         await shutdown_async()

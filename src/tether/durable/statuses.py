@@ -13,7 +13,8 @@ statuses in the order asked. A longer list goes DBOS's way.
 The read right after a claim reads nothing: :mod:`~tether.durable.claim`'s UPDATE returns
 the columns of this read for the runs it took (the row as the claim left it, committed,
 which DBOS's read reads back), and the next read in that thread, if it asks for exactly
-those runs, is answered with them (:func:`remember`); any other read goes to the database.
+those runs at once (within :data:`RECALL_SECONDS`), is answered with them
+(:func:`remember`); any other read goes to the database.
 
 The method's source and those it relies on are checked against the DBOS this was written
 for: :func:`install` raises :class:`ConfigError`, naming the installed DBOS, if a release
@@ -23,6 +24,7 @@ changed them (``tests/durable/test_statuses.py``).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -153,17 +155,27 @@ _claimed = threading.local()
 wrote them, for the status read that follows it."""
 
 
+RECALL_SECONDS = 0.5
+"""How long after its claim a status read may be answered by the claim's statuses."""
+
+
 def remember(statuses: list[dict[str, Any]]) -> None:
     """Keep the statuses a claim's ``RETURNING`` gave for this thread's next status read
     (DBOS's queue thread reads the runs it claimed at once): that read answers them
-    instead of reading them again, if it asks for exactly these runs."""
+    instead of reading them again, if it asks for exactly these runs within
+    :data:`RECALL_SECONDS`."""
     _claimed.statuses = statuses
+    _claimed.at = time.monotonic()
 
 
 def _recalled(workflow_ids: list[str]) -> list[dict[str, Any]] | None:
     statuses: list[dict[str, Any]] | None = getattr(_claimed, "statuses", None)
+    if statuses is None:
+        return None
     _claimed.statuses = None  # one read at most, and only the next one
-    if statuses is None or [s["workflow_uuid"] for s in statuses] != workflow_ids:
+    if time.monotonic() - _claimed.at > RECALL_SECONDS:
+        return None
+    if [s["workflow_uuid"] for s in statuses] != workflow_ids:
         return None
     return statuses
 
