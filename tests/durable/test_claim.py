@@ -71,11 +71,7 @@ def _enqueue(client: DBOSClient, queue_name: str) -> list[str]:
     return ids
 
 
-@pytest.mark.parametrize("prepared_ids", [claim.MAX_PREPARED_IDS, 1])
-async def test_claims_take_what_dbos_takes(
-    log_url: str, prepared_ids: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(claim, "MAX_PREPARED_IDS", prepared_ids)  # 1: a claim built per call
+async def test_claims_take_what_dbos_takes(log_url: str) -> None:
     launch(DurableConfig(log_url, polling_interval_seconds=0.05))
     client = DBOSClient(system_database_url=log_url)
     try:

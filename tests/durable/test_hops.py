@@ -1,6 +1,6 @@
-"""DBOS's async stages: the no-op stage never takes a thread, the log's stages take none
-on SQLite and one each on PostgreSQL, a step's own body is never moved off its thread,
-and a DBOS whose stages changed is refused by name."""
+"""DBOS's async stages: the no-op stage and the log's stages never take a thread (or one
+each when asked to), a step's own body is never moved off its thread, and a DBOS whose
+stages changed is refused by name."""
 
 from __future__ import annotations
 
@@ -59,15 +59,34 @@ async def test_the_log_stages_run_where_the_database_allows(
     assert threads["async step"] == {here}  # the step's body on the workflow's loop
     assert here not in threads["sync step"]  # a blocking body still gets its thread
     assert hops.NO_OP_STAGE not in hopped
-    logged = [name for name in hopped if name in hops.SQLITE_LOG_STAGES]
-    if log_url.startswith("sqlite:"):
-        assert logged == []
-    else:  # the async step's check and record, and the workflow's outcome
-        assert sorted(logged) == sorted(hops.SQLITE_LOG_STAGES)
+    assert [name for name in hopped if name in hops.LOG_STAGES] == []
+
+
+async def test_the_log_stages_take_threads_when_asked(
+    log_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hopped: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hopped.append(getattr(func, "__qualname__", repr(func)))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    hops.install(inline_log=False)
+    try:
+        handle = await DBOS.start_workflow_async(flow, 1)
+        assert await handle.get_result() == 4
+    finally:
+        hops.install()
+        await shutdown_async()
+    # the async step's check and record, and the workflow's outcome
+    assert sorted(n for n in hopped if n in hops.LOG_STAGES) == sorted(hops.LOG_STAGES)
 
 
 def test_a_dbos_whose_stages_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    hops.install(sqlite_log=True)  # the pinned DBOS: its stages are the ones named
+    hops.install()  # the pinned DBOS: its stages are the ones named
     monkeypatch.setattr(hops, "_EXPECTED_DIGEST", "0" * 16)
     with pytest.raises(ConfigError, match="does not know this DBOS"):
-        hops.install(sqlite_log=True)
+        hops.install()

@@ -121,3 +121,33 @@ def test_a_sharded_or_unknown_database_keeps_dbos_methods() -> None:
         pass
 
     assert steplog.install(Other()) is False
+
+
+async def test_an_owned_record_is_one_statement(log_url: str) -> None:
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    try:
+        sys_db = _sys_db()
+        handle = await DBOS.start_workflow_async(twice, 1)
+        assert await handle.get_result() == 3
+        wid = handle.get_workflow_id()
+        ws = sys_db.tables.workflow_status
+        with sys_db.engine.begin() as c:  # the run held again, by an execution of its own
+            c.execute(sa.update(ws).where(ws.c.workflow_uuid == wid).values(owner_xid="mine"))
+        seen: list[str] = []
+
+        def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            seen.append(statement)
+
+        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
+        try:
+            sys_db.record_operation_result(_step(wid, 100), owner_xid="mine")
+            assert len(seen) == 1, seen
+            with pytest.raises(DBOSWorkflowConflictIDError):
+                sys_db.record_operation_result(_step(wid, 101), owner_xid="someone-else")
+            assert len(seen) == 2, seen
+        finally:
+            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
+        assert _row(sys_db, wid, 100)["output"] == '{"n": 1}'
+        assert sys_db.check_operation_execution(wid, 101, "steplog.add") is None
+    finally:
+        await shutdown_async()

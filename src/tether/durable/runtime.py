@@ -177,7 +177,7 @@ def launch(config: DurableConfig | None = None) -> None:
     queueconfig.install(_dbos_system_database())
     results.install(_dbos_system_database(), _dbos_active_runs())
     messages.install(_dbos_system_database())
-    hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
+    hops.install()
     wakeup.install(_dbos_system_database())
 
 

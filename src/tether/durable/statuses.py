@@ -10,6 +10,12 @@ executes DBOS's (the same columns, types and result processing), in the same
 transaction per call with DBOS's own retry on a lost connection, answering the same
 statuses in the order asked. A longer list goes DBOS's way.
 
+The read right after a claim reads nothing: :mod:`~tether.durable.claim`'s UPDATE returns
+the columns of this read for the runs it took (the row as the claim left it, committed,
+which DBOS's read reads back), and the next read in that thread, if it asks for exactly
+those runs at once (within :data:`RECALL_SECONDS`), is answered with them
+(:func:`remember`); any other read goes to the database.
+
 The method's source and those it relies on are checked against the DBOS this was written
 for: :func:`install` raises :class:`ConfigError`, naming the installed DBOS, if a release
 changed them (``tests/durable/test_statuses.py``).
@@ -17,6 +23,8 @@ changed them (``tests/durable/test_statuses.py``).
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,48 +65,119 @@ def install(sys_db: Any) -> bool:
     return True
 
 
+_COLUMNS = (
+    "workflow_uuid",
+    "status",
+    "name",
+    "recovery_attempts",
+    "config_name",
+    "class_name",
+    "authenticated_user",
+    "authenticated_roles",
+    "assumed_role",
+    "queue_name",
+    "executor_id",
+    "created_at",
+    "updated_at",
+    "application_version",
+    "application_id",
+    "workflow_deadline_epoch_ms",
+    "workflow_timeout_ms",
+    "deduplication_id",
+    "priority",
+    "inputs",
+    "queue_partition_key",
+    "forked_from",
+    "parent_workflow_id",
+    "started_at_epoch_ms",
+    "serialization",
+    "delay_until_epoch_ms",
+    "attributes",
+    "schedule_name",
+    "debounce_deadline_epoch_ms",
+    "is_debounced",
+    "application_name",
+)
+"""The columns DBOS's status read selects, in its order."""
+
+
+def _columns(sys_db: Any, inputs: Any) -> list[Any]:
+    ws = sys_db.tables.workflow_status
+    return [inputs.label("inputs") if name == "inputs" else ws.c[name] for name in _COLUMNS]
+
+
 def _statement(sys_db: Any, count: int) -> Any:
     """DBOS's SELECT of ``count`` runs' statuses, the ids as parameters ``id0``..."""
     import sqlalchemy as sa
 
     ws, wi = sys_db.tables.workflow_status, sys_db.tables.workflow_input
     return (
-        sa.select(
-            ws.c.workflow_uuid,
-            ws.c.status,
-            ws.c.name,
-            ws.c.recovery_attempts,
-            ws.c.config_name,
-            ws.c.class_name,
-            ws.c.authenticated_user,
-            ws.c.authenticated_roles,
-            ws.c.assumed_role,
-            ws.c.queue_name,
-            ws.c.executor_id,
-            ws.c.created_at,
-            ws.c.updated_at,
-            ws.c.application_version,
-            ws.c.application_id,
-            ws.c.workflow_deadline_epoch_ms,
-            ws.c.workflow_timeout_ms,
-            ws.c.deduplication_id,
-            ws.c.priority,
-            sa.func.coalesce(wi.c.inputs, ws.c.inputs).label("inputs"),
-            ws.c.queue_partition_key,
-            ws.c.forked_from,
-            ws.c.parent_workflow_id,
-            ws.c.started_at_epoch_ms,
-            ws.c.serialization,
-            ws.c.delay_until_epoch_ms,
-            ws.c.attributes,
-            ws.c.schedule_name,
-            ws.c.debounce_deadline_epoch_ms,
-            ws.c.is_debounced,
-            ws.c.application_name,
-        )
+        sa.select(*_columns(sys_db, sa.func.coalesce(wi.c.inputs, ws.c.inputs)))
         .select_from(ws.outerjoin(wi, sys_db._wf_join(ws, wi)))
         .where(ws.c.workflow_uuid.in_([sa.bindparam(f"id{i}") for i in range(count)]))
     )
+
+
+def returned(sys_db: Any) -> tuple[list[Any], Callable[[Any], dict[str, Any]]]:
+    """The columns of DBOS's status read for an UPDATE's ``RETURNING`` on the status
+    table (the inputs by a subquery), and how to make a status of one row the driver
+    returned for them (each value through its type's result processor, as SQLAlchemy
+    would)."""
+    import sqlalchemy as sa
+
+    ws, wi = sys_db.tables.workflow_status, sys_db.tables.workflow_input
+    inner = wi.alias("tether_input")
+    # SQLite's RETURNING names the updated table's columns unqualified: named here by hand
+    outer = (
+        sa.literal_column(f"{ws.name}.workflow_uuid") if sys_db._is_sqlite else ws.c.workflow_uuid
+    )
+    given = sa.select(inner.c.inputs).where(inner.c.workflow_uuid == outer).correlate(ws)
+    columns = _columns(sys_db, sa.func.coalesce(given.scalar_subquery(), ws.c.inputs))
+    dialect = sys_db.engine.dialect
+    processors = [
+        column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+    ]
+
+    def status(row: Any) -> dict[str, Any]:
+        values = (v if p is None else p(v) for v, p in zip(row, processors, strict=True))
+        return _status(dict(zip(_COLUMNS, values, strict=True)))
+
+    return columns, status
+
+
+def status_of_row(row: Any) -> dict[str, Any]:
+    """The status of a row SQLAlchemy returned for the columns of :func:`returned`."""
+    return _status(dict(zip(_COLUMNS, row, strict=True)))
+
+
+_claimed = threading.local()
+"""``statuses``: the statuses of the runs this thread's last claim took, as the claim
+wrote them, for the status read that follows it."""
+
+
+RECALL_SECONDS = 0.5
+"""How long after its claim a status read may be answered by the claim's statuses."""
+
+
+def remember(statuses: list[dict[str, Any]]) -> None:
+    """Keep the statuses a claim's ``RETURNING`` gave for this thread's next status read
+    (DBOS's queue thread reads the runs it claimed at once): that read answers them
+    instead of reading them again, if it asks for exactly these runs within
+    :data:`RECALL_SECONDS`."""
+    _claimed.statuses = statuses
+    _claimed.at = time.monotonic()
+
+
+def _recalled(workflow_ids: list[str]) -> list[dict[str, Any]] | None:
+    statuses: list[dict[str, Any]] | None = getattr(_claimed, "statuses", None)
+    if statuses is None:
+        return None
+    _claimed.statuses = None  # one read at most, and only the next one
+    if time.monotonic() - _claimed.at > RECALL_SECONDS:
+        return None
+    if [s["workflow_uuid"] for s in statuses] != workflow_ids:
+        return None
+    return statuses
 
 
 def _status(m: Any) -> dict[str, Any]:
@@ -160,6 +239,9 @@ def _reading(sys_db: Any) -> Callable[[list[str]], list[Any]]:
         return [_status(row._mapping) for row in rows]
 
     def get_workflow_statuses(workflow_ids: list[str]) -> list[Any]:
+        recalled = _recalled(workflow_ids)
+        if recalled is not None:
+            return recalled
         if not workflow_ids or len(workflow_ids) > MAX_PREPARED_IDS:
             return stock(workflow_ids)  # type: ignore[no-any-return]
         found = {status["workflow_uuid"]: status for status in fetch(workflow_ids)}

@@ -8,7 +8,10 @@ statement, its cache key, and on PostgreSQL a compilation: SQLAlchemy does not c
 the two methods on the running system database by the same statements as fixed SQL text
 (the status and output reads joined into one): the same rows, the same transaction, the
 same owner check (the row stays locked until the commit), the same conflict rule (a step
-row already there with another completion time is nondeterminism), the same retries.
+row already there with another completion time is nondeterminism), the same retries. An
+owned record (the run's owner checked) is one statement on both databases (an
+``INSERT ... SELECT`` from the run's row where the owner is the caller's): SQLite takes
+its write lock at that statement as it took it at the owner check before.
 
 It relies on DBOS's private methods, checked in one place: :func:`install` compares their
 source with the one this module was written against and raises :class:`ConfigError`,
@@ -66,7 +69,7 @@ def _verify() -> None:
 
 def _statements(sys_db: Any) -> tuple[str, str, str, str | None]:
     """The check, owner check and insert for this database, with ``:name`` parameters,
-    and on PostgreSQL the owner check and insert as one statement."""
+    and the owner check and insert as one statement."""
     oo = sys_db.tables.operation_outputs
     ws = sys_db.tables.workflow_status
     if sys_db._is_sqlite:
@@ -104,7 +107,13 @@ def _statements(sys_db: Any) -> tuple[str, str, str, str | None]:
     )
     insert = f"{columns} VALUES ({values}){conflict}"
     if sys_db._is_sqlite:
-        return check, owner, insert, None
+        # the step inserted only if the run is still the caller's, in the transaction that
+        # took the write lock at its start: no row back means another execution owns it
+        owned = (
+            f"{columns} SELECT {values} FROM {ws.name}"
+            f" WHERE workflow_uuid = :w AND owner_xid = :owner{conflict}"
+        )
+        return check, owner, insert, owned
     # the run's row locked, then the step inserted only if the run is still the caller's:
     # no row back means another execution owns it (the same order and locks as two calls)
     owned = (
