@@ -122,7 +122,8 @@ def test_a_failed_write_keeps_what_it_carried(
 
 def test_on_postgresql_a_timed_write_is_one_statement_in_autocommit(pg_db: Database) -> None:
     """Events alone (twenty of them) are one statement with no transaction around it; a
-    resumed run's first timed write marks it running in that same statement."""
+    resumed run's first timed write marks it running in that same statement, a new run's
+    inserts its row there."""
     seen: list[tuple[str, str | None]] = []
 
     def statement(conn: Any, cursor: Any, sql: str, params: Any, ctx: Any, many: bool) -> None:
@@ -147,6 +148,13 @@ def test_on_postgresql_a_timed_write_is_one_statement_in_autocommit(pg_db: Datab
             resumed.note("tool_finished", {"n": n})
         resumed.flush()
         assert seen == [("INSERT", "AUTOCOMMIT")]
+        seen.clear()
+        fresh = ReplayableRecorder(pg_db, "run-n", 1, "refund")
+        fresh.start()
+        fresh.note("model_request", {})
+        fresh.flush()  # a new run's row and its first events: one statement too
+        assert seen == [("WITH", "AUTOCOMMIT")]
+        assert trace(pg_db, "run-n") == ([(1, "model_request")], ("running", 0))
     finally:
         event.remove(pg_db.engine, "before_cursor_execute", statement)
     events, _ = trace(pg_db, "run-w")

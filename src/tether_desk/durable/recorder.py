@@ -35,6 +35,7 @@ from tether_desk.models import Run, RunEvent
 from tether_desk.trace import MARK_RESUMED, RunRecorder, Written, final_values
 
 _FINISH_RUN = update(Run).where(Run.id == bindparam("run_id_"))
+_FINAL = ("status", "outcome_reason", "input_tokens", "output_tokens", "requests", "finished_at")
 _PG_INSERT_EVENTS = (
     "INSERT INTO run_events (run_id, seq, kind, data, created_at) "
     "SELECT :run_id, e.seq, e.kind, e.data, e.created_at "
@@ -46,13 +47,29 @@ _PG_EVENTS = text(_PG_INSERT_EVENTS)
 """The events' insert on PostgreSQL: one statement of any number of rows, sent as one
 JSON text (SQLAlchemy's multi-row ``INSERT`` leaves ``ON CONFLICT`` out, psycopg's
 ``executemany`` runs a statement per row, and its arrays are dumped in Python)."""
-_PG_RESUMED_EVENTS = text(
-    "WITH resumed AS (UPDATE runs SET status = 'running' "
-    "WHERE id = :run_id AND status = 'awaiting_approval') " + _PG_INSERT_EVENTS
+_RUN_COLUMNS = (
+    "id, ticket_id, kind, status, outcome_reason, input_tokens, output_tokens, requests, "
+    "started_at, finished_at"
 )
-""":data:`~tether_desk.trace.MARK_RESUMED` and the events' insert as one statement (a
-resumed run's first timed write on PostgreSQL)."""
-_FINAL = ("status", "outcome_reason", "input_tokens", "output_tokens", "requests", "finished_at")
+_INSERT_RUN = (
+    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (:id, :ticket_id, :kind, :status, "
+    ":outcome_reason, :input_tokens, :output_tokens, :requests, :started_at, :finished_at) "
+    "ON CONFLICT (id) DO "
+)
+_SET_FINAL = ", ".join(f"{c} = :{c}" for c in _FINAL)
+_PG_WITH_EVENTS = {
+    kind: text(f"WITH run AS ({head}) {_PG_INSERT_EVENTS}")
+    for kind, head in {
+        "resumed": "UPDATE runs SET status = 'running' "
+        "WHERE id = :run_id AND status = 'awaiting_approval'",
+        "new": _INSERT_RUN + "NOTHING",
+        "ended": _INSERT_RUN + "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _FINAL),
+        "finished": f"UPDATE runs SET {_SET_FINAL} WHERE id = :run_id",
+    }.items()
+}
+"""A write of the trace with events as one statement on PostgreSQL: the run's row (marked
+running again, inserted, inserted or ended, or ended) in a ``WITH`` before the events'
+insert (what :meth:`ReplayableRecorder.statements` writes as two statements elsewhere)."""
 _INSERTS: dict[str, tuple[Executable, Executable, Executable]] = {}
 
 
@@ -178,13 +195,14 @@ class ReplayableRecorder(RunRecorder):
         """What the next write of this trace executes (the run's row, its outcome, the
         buffered events numbered on), taken: the recorder counts them as written."""
         assert self._seq is not None
+        both = self._resumed and self._new_run is not None  # never: a resumed run has a row
+        if dialect == "postgresql" and self._buffer and not both:
+            return [self._pg_statement(final)]
         insert_run, end_run, insert_events = _inserts(dialect)
         out: Written = []
-        resumed = self._resumed and final is None
-        self._resumed = False
-        if resumed and (dialect != "postgresql" or not self._buffer):
+        if self._resumed and final is None:
             out.append((MARK_RESUMED, {"run_id_": self.run_id}))
-            resumed = False
+        self._resumed = False
         if self._new_run is not None:  # the row may be there, from an earlier execution
             if final is None:
                 out.append((insert_run, self._new_run))
@@ -197,9 +215,27 @@ class ReplayableRecorder(RunRecorder):
         if rows:
             first = self._seq + 1
             self._seq += len(rows)
-            events = _PG_RESUMED_EVENTS if resumed else insert_events
-            out.append((events, self._events(dialect, first, rows)))
+            out.append((insert_events, self._events(dialect, first, rows)))
         return out
+
+    def _pg_statement(self, final: dict[str, Any] | None) -> tuple[Executable, Any]:
+        """:meth:`statements` on PostgreSQL with events buffered: one statement."""
+        assert self._seq is not None
+        parameters: dict[str, Any] = {"run_id": self.run_id}
+        if self._new_run is not None:
+            kind = "new" if final is None else "ended"
+            parameters.update({"finished_at": None, **self._new_run, **(final or {})})
+        elif final is not None:
+            kind = "finished"
+            parameters.update(final)
+        else:
+            kind = "resumed" if self._resumed else ""
+        self._new_run, self._resumed = None, False
+        rows, self._buffer = self._buffer, []
+        first = self._seq + 1
+        self._seq += len(rows)
+        parameters.update(self._events("postgresql", first, rows))
+        return _PG_WITH_EVENTS.get(kind, _PG_EVENTS), parameters
 
     def _events(self, dialect: str, first: int, rows: list[dict[str, Any]]) -> Any:
         """The parameters of the events' insert, numbered from ``first``: a row each, or
