@@ -53,13 +53,15 @@ def test_a_claim_writes_the_triage_runs_start_or_nothing(any_db: Database) -> No
     triage = ReplayableRecorder(any_db, "run-t", 1, "triage")
     triage.start()
     triage.note("model_request", {"turn": 1})
-    assert triage.write_if(claim, {}) is True  # the run shows while the model thinks
+    status = select(Ticket.status).where(Ticket.id == 1)
+    read = triage.write_if(claim, {}, lambda c: c.scalar(status))  # read in its transaction
+    assert read == (True, "triaging")  # and the run shows while the model thinks
     assert trace(any_db, "run-t") == ([(1, "model_request")], ("running", 0))
 
     late = ReplayableRecorder(any_db, "run-u", 1, "triage")
     late.start()
     late.note("model_request", {"turn": 1})
-    assert late.write_if(claim, {}) is False  # not new any more: no run, no event
+    assert late.write_if(claim, {}) == (False, None)  # not new any more: no run, no event
     assert trace(any_db, "run-u") == ([], None)
 
 

@@ -574,11 +574,14 @@ def _claim(desk: Desk, ticket_id: int, triage: ReplayableRecorder) -> dict[str, 
     """``new -> triaging`` (or already ``triaging``: this workflow claimed it before it
     died; no other process runs a durable desk's tickets) and, in the same transaction,
     the triage run's row and model request (``triage``: the run shows while the model
-    thinks, with no write of its own); the ticket's scope."""
-    claimed = triage.write_if(_CLAIM, {"ticket_id_": ticket_id, "updated_at": utcnow()})
+    thinks, with no write of its own); the ticket's scope, read in that transaction on
+    PostgreSQL (one connection less), once SQLite's write lock is let go."""
+    inside = None if desk.db.dialect == "sqlite" else partial(scope_in, ticket_id=ticket_id)
+    claim = {"ticket_id_": ticket_id, "updated_at": utcnow()}
+    claimed, scope = triage.write_if(_CLAIM, claim, inside)
     if not claimed:
         return None
-    return asdict(load_scope(desk.db, ticket_id))  # read once the write lock is let go
+    return asdict(scope if scope is not None else load_scope(desk.db, ticket_id))
 
 
 def _store(

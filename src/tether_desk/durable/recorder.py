@@ -21,9 +21,9 @@ timed write that is one statement runs without ``BEGIN`` and ``COMMIT`` on Postg
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Executable, bindparam, text, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -34,6 +34,7 @@ from tether_desk.db import Database
 from tether_desk.models import Run, RunEvent
 from tether_desk.trace import MARK_RESUMED, RunRecorder, Written, final_values
 
+T = TypeVar("T")
 _FINISH_RUN = update(Run).where(Run.id == bindparam("run_id_"))
 _FINAL = ("status", "outcome_reason", "input_tokens", "output_tokens", "requests", "finished_at")
 _PG_INSERT_EVENTS = (
@@ -171,16 +172,24 @@ class ReplayableRecorder(RunRecorder):
                 for statement, parameters in written:
                     c.execute(statement, parameters)
 
-    def write_if(self, statement: Executable, parameters: dict[str, Any]) -> bool:
+    def write_if(
+        self,
+        statement: Executable,
+        parameters: dict[str, Any],
+        then: Callable[[Connection], T] | None = None,
+    ) -> tuple[bool, T | None]:
         """``statement`` (a conditional update) then, if it changed a row, what is pending
-        of this trace, in one transaction; whether it changed one (if not, nothing of the
-        trace is written)."""
+        of this trace and ``then`` (a read), in one transaction: whether it changed one
+        (if not, nothing of the trace is written) and what ``then`` read."""
+        read: T | None = None
         with self._kept_on_failure(), self.db.write_connection() as c:
             if not c.execute(statement, parameters).rowcount:
-                return False
+                return False, None
             for written, values in self._take_carried() + self.statements(self.db.dialect):
                 c.execute(written, values)
-        return True
+            if then is not None:
+                read = then(c)
+        return True, read
 
     def ended(
         self, dialect: str, status: str, reason: str, usage: Usage, *also: tuple[Executable, Any]
