@@ -211,3 +211,24 @@ async def test_a_slow_model_shows_in_the_durable_trace_while_it_thinks(
         ),
     )
     assert thinking in seen
+
+
+async def test_a_refund_agent_that_breaks_still_leaves_its_triage_recorded(
+    durable: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triage's end waits for the refund run's first write; the agent breaks before
+    any (a listener of its run raises): the triage's end and the ticket's category are
+    written all the same."""
+
+    def breaks(event: object) -> None:
+        raise RuntimeError("a listener broke")
+
+    monkeypatch.setattr(durable, "listeners", [breaks])  # the refund agent's only
+    tid = add_ticket(durable.db, "Colis abime, je demande 7 EUR.")
+    assert durable.runs is not None
+    await durable.runs.submit_new()
+    assert await until_status(durable.db, tid, "failed", "draft_ready") == "failed"
+    with durable.db.read_connection() as c:
+        assert c.scalar(select(Ticket.category).where(Ticket.id == tid)) == "refund"
+        [triage] = c.scalars(select(Run.id).where(Run.ticket_id == tid, Run.kind == "triage"))
+    assert trace(durable.db, triage) == ([(1, "model_request"), (2, "triage")], ("completed", 1))
