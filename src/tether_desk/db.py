@@ -92,6 +92,9 @@ class Database:
             self.engine = create_engine(
                 self.url, echo=echo, pool_size=pool_size, max_overflow=pool_size * 4
             )
+            # an INSERT of several rows is one statement (psycopg's executemany would run
+            # one per row, in a pipeline): one server round of parsing and executing
+            self.engine.dialect.use_insertmanyvalues_wo_returning = True
             _ping_when_idle(self.engine)
         self._writer = self.engine.execution_options(desk_begin="IMMEDIATE")
         reads: dict[str, Any] = {"desk_begin": "NONE"}
@@ -128,6 +131,18 @@ class Database:
         with self._reader.connect() as connection:
             yield connection
             connection.rollback()
+
+    @contextmanager
+    def one_statement(self) -> Iterator[Connection]:
+        """A Core connection for a write that is one statement: on PostgreSQL in
+        autocommit (the statement is its own transaction: no ``BEGIN`` or ``COMMIT`` round
+        trip); on SQLite a write transaction, as :meth:`write_connection`."""
+        if self.dialect == "sqlite":
+            with self.write_connection() as connection:
+                yield connection
+            return
+        with self._reader.connect() as connection:
+            yield connection
 
     @contextmanager
     def write_connection(self) -> Iterator[Connection]:

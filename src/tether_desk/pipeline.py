@@ -26,7 +26,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, Executable, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tether.clients import ChatClient
@@ -224,10 +224,15 @@ async def _triage(desk: Desk, scope: TicketScope) -> str:
 def start_triage(recorder: RunRecorder) -> RunRecorder:
     """The triage run's recorder, started, with the model request noted (and written if
     the model takes its time: the run shows in the console while it classifies)."""
-    recorder.start()
-    recorder.note("model_request", {"turn": 1, "messages": 1})
+    note_triage_request(recorder)
     recorder.flush_soon()
     return recorder
+
+
+def note_triage_request(recorder: RunRecorder) -> None:
+    """Start the triage run's trace: its row and its model request, not written yet."""
+    recorder.start()
+    recorder.note("model_request", {"turn": 1, "messages": 1})
 
 
 def note_triage(recorder: RunRecorder, result: TriageResult) -> None:
@@ -245,11 +250,20 @@ def note_triage(recorder: RunRecorder, result: TriageResult) -> None:
 def record_triage(recorder: RunRecorder, scope: TicketScope, result: TriageResult) -> None:
     """Write the triage run's outcome and the ticket's category (one transaction)."""
     recorder.finish(
-        "completed" if not result.error else "fallback",
-        result.error or result.category,
+        *triage_outcome(result),
         result.usage,
         partial(_set_category, ticket_id=scope.ticket_id, category=result.category),
     )
+
+
+def triage_outcome(result: TriageResult) -> tuple[str, str]:
+    """The triage run's status and reason."""
+    return ("completed" if not result.error else "fallback", result.error or result.category)
+
+
+def category_statement(scope: TicketScope, result: TriageResult) -> tuple[Executable, Any]:
+    """The ticket's category as the triage found it: a statement and its parameters."""
+    return _TRIAGED, {"ticket_id_": scope.ticket_id, "category_": result.category}
 
 
 def _set_category(connection: Connection, ticket_id: int, category: str) -> None:

@@ -42,6 +42,9 @@ log = logging.getLogger("tether_desk")
 Also = Executable | Callable[[Connection], object]
 """What :meth:`RunRecorder.finish` writes in its transaction besides the trace: a statement,
 or a function of the connection (which may :meth:`RunRecorder.note` what it did)."""
+Written = list[tuple[Executable, Any]]
+"""Statements with their parameters: another write, carried into a recorder's next
+transaction (:meth:`RunRecorder.carry`)."""
 
 _INSERT_RUN = insert(Run)
 _INSERT_EVENTS = insert(RunEvent)
@@ -125,6 +128,7 @@ class RunRecorder:
         """The last sequence number written (``None``: a resumed run, read at first write)."""
         self._new_run: dict[str, Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._carried: Written = []
 
     def start(self, *, resumed: bool = False) -> RunRecorder:
         """Prepare the run's row, written with its first events (no transaction of its
@@ -158,6 +162,13 @@ class RunRecorder:
         """Add an event of the desk's own (triage result, approval requested, decision)."""
         self._buffer.append({"kind": kind, "data": data, "created_at": utcnow()})
 
+    def carry(self, written: Written) -> None:
+        """Write ``written`` (another run's, whose events come before this one's) first in
+        this recorder's next transaction, whichever it is (a timed write, the end): one
+        transaction less, and what it holds is written no later than this run's events
+        that follow it."""
+        self._carried.extend(written)
+
     def flush_soon(self) -> None:
         """Write the buffered events in :data:`FLUSH_AFTER` seconds unless they are written
         before (the run ends first): the live view sees a slow step, a quick one costs no
@@ -188,7 +199,8 @@ class RunRecorder:
     def flush(self) -> None:
         """Write the buffered events now."""
         self._cancel_timer()
-        if not self._buffer and self._new_run is None and self._seq is not None:
+        pending = self._buffer or self._carried or self._new_run is not None
+        if not pending and self._seq is not None:
             return
         with self._kept_on_failure(), self.db.write_connection() as c:
             self._write(c)
@@ -198,11 +210,11 @@ class RunRecorder:
         """What is not written yet (the run's row, the events, where they are numbered
         from) stays as it was if the transaction fails (a full disk, a lost server): the
         next write sends it all again, never events without their run."""
-        new_run, buffer, seq = self._new_run, self._buffer, self._seq
+        new_run, buffer, seq, carried = self._new_run, self._buffer, self._seq, self._carried
         try:
             yield
         except BaseException:
-            self._new_run, self._seq = new_run, seq
+            self._new_run, self._seq, self._carried = new_run, seq, carried
             if self._buffer is not buffer:  # taken for the insert: back, before any since
                 self._buffer = buffer + self._buffer
             raise
@@ -212,7 +224,14 @@ class RunRecorder:
             self._timer.cancel()
             self._timer = None
 
+    def _take_carried(self) -> Written:
+        """What :meth:`carry` holds, taken for a write (given back if it fails)."""
+        carried, self._carried = self._carried, []
+        return carried
+
     def _write(self, connection: Connection, final: dict[str, Any] | None = None) -> None:
+        for statement, parameters in self._take_carried():
+            connection.execute(statement, parameters)
         if self._seq is None:  # resumed: continue after what is stored, under the write lock
             self._seq = int(connection.scalar(_LAST_SEQ, {"run_id_": self.run_id}) or 0)
             if final is None:
@@ -242,14 +261,7 @@ class RunRecorder:
         left of the trace and the run's outcome and tokens. If ``also`` fails, nothing is
         written and the events stay buffered."""
         self._cancel_timer()
-        final = {
-            "status": status,
-            "outcome_reason": reason[:1000],
-            "input_tokens": usage.input_tokens + usage.cache_read_tokens,
-            "output_tokens": usage.output_tokens,
-            "requests": usage.requests,
-            "finished_at": utcnow(),
-        }
+        final = final_values(status, reason, usage)
         with self._kept_on_failure(), self.db.write_connection() as c:
             for item in also:
                 if isinstance(item, Executable):
@@ -257,6 +269,18 @@ class RunRecorder:
                 else:
                     item(c)
             self._write(c, final)
+
+
+def final_values(status: str, reason: str, usage: Usage) -> dict[str, Any]:
+    """The run row's values at its end."""
+    return {
+        "status": status,
+        "outcome_reason": reason[:1000],
+        "input_tokens": usage.input_tokens + usage.cache_read_tokens,
+        "output_tokens": usage.output_tokens,
+        "requests": usage.requests,
+        "finished_at": utcnow(),
+    }
 
 
 def run_events(db: Database, run_id: str, after: int = 0, limit: int = 500) -> list[RunEvent]:

@@ -269,13 +269,14 @@ async def test_a_ticket_logged_by_the_previous_layout_stores_its_approval_in_its
     ]
 
 
-BODIES = ("_claim", "record_triage", "_screen_pending", "_store", "_decision", "_finish_run")
+BODIES = ("_claim", "_screen_pending", "_store", "_decision", "_finish_run")
+"""A refund's triage is recorded by the refund run's first write: no body of its own."""
 
 
 async def test_on_sqlite_the_step_bodies_run_on_the_workflows_loop(
     durable: Desk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No step body of a refund ticket (claim, record, screening, approval stored,
+    """No step body of a refund ticket (claim, screening, approval stored,
     decision read, draft) nor its follow-up hops to a thread: each runs on the thread of
     the loop that runs its workflow (the thread its step boundaries are passed on)."""
     bodies: list[tuple[str, int]] = []

@@ -67,17 +67,19 @@ from tether_desk.pipeline import (
     _answer_tracking,
     _finish_run,
     _screen_pending,
+    category_statement,
     load_scope,
     note_triage,
+    note_triage_request,
     record_triage,
     scope_in,
     set_status,
-    start_triage,
     store_approval,
     ticket_status,
+    triage_outcome,
 )
 from tether_desk.thread import RoundScope, follow_up
-from tether_desk.trace import MARK_RESUMED
+from tether_desk.trace import MARK_RESUMED, Written
 from tether_desk.triage import classify
 
 log = logging.getLogger("tether_desk")
@@ -310,28 +312,39 @@ class Flow:
         for a person). Run again after a crash, the claim finds the ticket its own, the
         records write only what is not there yet, the answer finds its draft; once logged,
         no model is asked again. Until then the ticket is ``triaging``."""
-        scope_data = await self.blocking(_claim, self.desk, ticket_id)
+        recorder = ReplayableRecorder(self.db, triage_run, ticket_id, "triage")
+        note_triage_request(recorder)  # written by the claim: shown while the model thinks
+        scope_data = await self.blocking(_claim, self.desk, ticket_id, recorder)
         if scope_data is None:
             return {"status": await self.blocking(ticket_status, self.db, ticket_id)}
         scope = TicketScope(**scope_data)
-        done = await self._decided(scope, triage_run, refund_run)
+        done = await self._decided(scope, recorder, refund_run)
         done["round"] = [scope.seen, scope.round]  # what the round read (its follow-up)
         return done
 
-    async def _decided(self, scope: TicketScope, triage_run: str, refund_run: str) -> Done:
-        """Inside ``desk.triage``: the triage and what its category decides."""
+    async def _decided(
+        self, scope: TicketScope, recorder: ReplayableRecorder, refund_run: str
+    ) -> Done:
+        """Inside ``desk.triage``: the triage (its run's start written by the claim) and
+        what its category decides. A refund's triage ends with the refund run's first
+        write (its first model call's timed write, or the step's last): one transaction
+        less, and the triage's events are written before the next slow model call's."""
         ticket_id = scope.ticket_id
-        recorder = ReplayableRecorder(self.db, triage_run, ticket_id, "triage")
-        start_triage(recorder)
         result = await classify(
             self.desk.triage_client or self.desk.client, scope.subject, scope.body
         )
         note_triage(recorder, result)
+        if result.category == "refund":
+            ended = recorder.ended(
+                self.db.dialect,
+                *triage_outcome(result),
+                result.usage,
+                category_statement(scope, result),
+            )
+            return await self._refund(scope, refund_run, ended)
         recorder.hold()
         await self.blocking(record_triage, recorder, scope, result)
         self.desk.changed(ticket_id)
-        if result.category == "refund":
-            return await self._refund(scope, refund_run)
         if result.category == "tracking":
             await self.at("answer.before")
             await self.blocking(_answer_tracking, self.db, scope)
@@ -342,13 +355,27 @@ class Flow:
         await self.at("needs_human.returned")
         return {"outcome": "needs_human"}
 
-    async def _refund(self, scope: TicketScope, run_id: str) -> Done:
+    async def _refund(
+        self, scope: TicketScope, run_id: str, triaged: Written | None = None
+    ) -> Done:
         """The refund agent's turns up to its first proposal (reads only: nothing
-        irreversible), screened by the desk (inside ``desk.triage``)."""
+        irreversible), screened by the desk (inside ``desk.triage``). ``triaged``: the
+        triage's end, written with this run's first write (or, should the agent break,
+        before the error goes on)."""
         recorder = ReplayableRecorder(self.db, run_id, scope.ticket_id, "refund")
         recorder.start()
+        recorder.carry(triaged or [])
         agent = self._agent(scope, recorder)
-        result = await agent.run(REFUND_PROMPT, run_id=run_id)
+        try:
+            result = await agent.run(REFUND_PROMPT, run_id=run_id)
+        except Exception as exc:
+            if triaged and not is_transient(exc):  # the ticket fails: its triage shows
+                recorder.hold()
+                try:
+                    await self.blocking(recorder.flush)
+                except Exception:
+                    log.exception("writing the triage of ticket %s failed", scope.ticket_id)
+            raise
         return await self._settle(scope, recorder, agent, result)
 
     # --- the decision's workflow ---------------------------------------------------------
@@ -543,14 +570,18 @@ async def _now(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-def _claim(desk: Desk, ticket_id: int) -> dict[str, Any] | None:
+def _claim(desk: Desk, ticket_id: int, triage: ReplayableRecorder) -> dict[str, Any] | None:
     """``new -> triaging`` (or already ``triaging``: this workflow claimed it before it
-    died; no other process runs a durable desk's tickets); the ticket's scope."""
-    with desk.db.write_connection() as c:
-        done = c.execute(_CLAIM, {"ticket_id_": ticket_id, "updated_at": utcnow()})
-    if not done.rowcount:
+    died; no other process runs a durable desk's tickets) and, in the same transaction,
+    the triage run's row and model request (``triage``: the run shows while the model
+    thinks, with no write of its own); the ticket's scope, read in that transaction on
+    PostgreSQL (one connection less), once SQLite's write lock is let go."""
+    inside = None if desk.db.dialect == "sqlite" else partial(scope_in, ticket_id=ticket_id)
+    claim = {"ticket_id_": ticket_id, "updated_at": utcnow()}
+    claimed, scope = triage.write_if(_CLAIM, claim, inside)
+    if not claimed:
         return None
-    return asdict(load_scope(desk.db, ticket_id))  # read once the write lock is let go
+    return asdict(scope if scope is not None else load_scope(desk.db, ticket_id))
 
 
 def _store(
