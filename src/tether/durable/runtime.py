@@ -159,6 +159,7 @@ def launch(config: DurableConfig | None = None) -> None:
         prepared,
         queueconfig,
         results,
+        starts,
         statuses,
         steplog,
         wakeup,
@@ -178,6 +179,7 @@ def launch(config: DurableConfig | None = None) -> None:
     results.install(_dbos_system_database(), _dbos_active_runs())
     messages.install(_dbos_system_database())
     hops.install(sqlite_log=config.database_url.startswith("sqlite:"))
+    starts.install(sqlite_log=config.database_url.startswith("sqlite:"))
     wakeup.install(_dbos_system_database())
 
 

@@ -1,0 +1,108 @@
+"""No thread hop to start a workflow on a SQLite log, nor to note a result nobody logs.
+
+DBOS 3.4's ``_core`` sends two short operations of a start and a wait to a thread with
+``asyncio.to_thread``, and a hop costs more CPU than either (a thread woken, the result
+handed back through the loop's self-pipe, the GIL passed twice):
+
+- ``DBOS.start_workflow_async`` writes the run's status row and inputs
+  (``_init_workflow``: one short transaction) in a thread, then creates the run's task;
+- awaiting a run's handle (``WorkflowHandleAsyncTask.get_result``, or the polling
+  handle's) hands ``record_get_result`` to a thread once the result is there; outside a
+  workflow that function returns at once, writing nothing (DBOS logs a ``get_result``
+  only as a step of the workflow that calls it).
+
+:func:`install` gives ``dbos._core`` an ``asyncio`` whose ``to_thread`` runs, in the
+calling thread and in a copy of its context as a thread would:
+
+- ``record_get_result`` when the caller is not inside a workflow (a no-op), any log;
+- on a SQLite log only, ``_init_workflow`` and ``record_get_result`` inside a workflow
+  (a local file, one short transaction each that never waits on a network; it may wait
+  for SQLite's write lock, which other threads hold for single short transactions, as the
+  step log's stages do: :mod:`~tether.durable.hops`).
+
+What is written, in which transaction, and when the run's task starts are DBOS's: only
+the thread the call runs in changes, so a crash leaves the log as it did. Everything
+else (``get_workflow_status``, the enqueue with options, a step's blocking body, stream
+reads) still goes to a thread. The functions named are checked against the pinned DBOS's
+source in :func:`install`, which raises :class:`ConfigError`, naming the installed DBOS,
+if a release changed them (``tests/durable/test_starts.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tether.durable.fence import require_known, source_digest
+
+T = TypeVar("T")
+
+STATUS_INSERT = "_init_workflow"
+"""The status row and inputs of a run started from async code (one transaction)."""
+
+GET_RESULT_NOTE = "record_get_result"
+"""A ``get_result`` logged as a step of the calling workflow (nothing outside one)."""
+
+_EXPECTED_DIGEST = "61d036286e500b4a"
+"""Digest of ``start_workflow_async``, ``_init_workflow``, both async handles' result
+waits and ``SystemDatabase.record_get_result`` in DBOS 3.4.0."""
+
+
+def _source_digest() -> str:
+    from dbos import _core
+    from dbos._sys_db import SystemDatabase
+
+    return source_digest(
+        _core.start_workflow_async,
+        _core._init_workflow,
+        _core.WorkflowHandleAsyncTask._get_result,
+        _core.WorkflowHandleAsyncPolling._get_result,
+        SystemDatabase.record_get_result,
+    )
+
+
+def _in_workflow() -> bool:
+    from dbos._context import get_local_dbos_context
+
+    ctx = get_local_dbos_context()
+    return ctx is not None and ctx.is_workflow()
+
+
+class _Asyncio:
+    """``asyncio`` as DBOS's ``_core`` module sees it: all of it, but ``to_thread``."""
+
+    def __init__(self) -> None:
+        self.sqlite_log = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    def inline(self, func: Callable[..., Any]) -> bool:
+        """Whether ``func`` runs in the caller's thread (see the module docstring)."""
+        name = getattr(func, "__name__", "")
+        if name == GET_RESULT_NOTE:
+            return self.sqlite_log or not _in_workflow()
+        return self.sqlite_log and name == STATUS_INSERT
+
+    async def to_thread(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        if self.inline(func):
+            return contextvars.copy_context().run(func, *args, **kwargs)
+        return await asyncio.to_thread(func, *args, **kwargs)
+
+
+_PROXY = _Asyncio()
+
+
+def install(sqlite_log: bool) -> None:
+    """Route ``dbos._core``'s thread hops through :class:`_Asyncio` (the status insert
+    inline only with ``sqlite_log``); idempotent, and a later call sets ``sqlite_log``
+    anew."""
+    from dbos import _core
+
+    current = getattr(_core, "asyncio", None)
+    known = _source_digest() if current in (asyncio, _PROXY) else "another asyncio"
+    require_known(known, _EXPECTED_DIGEST, "its workflow start and result note")
+    _PROXY.sqlite_log = sqlite_log
+    setattr(_core, "asyncio", _PROXY)  # noqa: B010 (a private module attribute)

@@ -1,0 +1,58 @@
+"""Starting a workflow and awaiting its handle: on a SQLite log the status insert takes no
+thread (on PostgreSQL it still does), a result awaited outside a workflow never sends its
+no-op note to a thread, the run's row is in the log once the start returns, and a DBOS
+whose start changed is refused by name."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from dbos import DBOS, SetWorkflowID, _core
+
+from tether.durable import DurableConfig, launch, shutdown_async, starts
+from tether.errors import ConfigError
+
+
+@DBOS.workflow(name="starts.double")
+async def double(n: int) -> int:
+    return await DBOS.run_step_async({"name": "starts.step"}, _twice, n)
+
+
+async def _twice(n: int) -> int:
+    return n * 2
+
+
+async def test_a_start_and_its_result_hop_only_where_the_database_needs_it(
+    log_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hopped: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hopped.append(getattr(func, "__name__", repr(func)))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    try:
+        assert _core.asyncio is starts._PROXY
+        with SetWorkflowID("starts-a"):
+            handle = await DBOS.start_workflow_async(double, 21)
+        status = await DBOS.get_workflow_status_async("starts-a")
+        assert status is not None  # the row is written before the start returns
+        assert await handle.get_result() == 42
+        again = await DBOS.retrieve_workflow_async("starts-a")
+        assert await again.get_result() == 42
+    finally:
+        await shutdown_async()
+    assert starts.GET_RESULT_NOTE not in hopped  # outside a workflow: a no-op, no thread
+    inserts = hopped.count(starts.STATUS_INSERT)
+    assert inserts == (0 if log_url.startswith("sqlite:") else 1)
+
+
+def test_a_dbos_whose_start_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    starts.install(sqlite_log=True)  # the pinned DBOS: its start is the one reproduced
+    monkeypatch.setattr(starts, "_EXPECTED_DIGEST", "0" * 16)
+    with pytest.raises(ConfigError, match="does not know this DBOS"):
+        starts.install(sqlite_log=True)
