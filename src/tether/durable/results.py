@@ -158,8 +158,12 @@ def install(sys_db: Any, active: Any) -> None:
                     )
                 if not _no_result(result):
                     return result
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken, interval(workflow_id, polling_interval))
+                # the outcome's wake or the recheck's timer settles the one future
+                timer = loop.call_later(interval(workflow_id, polling_interval), _settle, woken)
+                try:
+                    await woken
+                finally:
+                    timer.cancel()
             finally:
                 _discard(workflow_id, wake_here)
 
@@ -191,6 +195,13 @@ def _discard(workflow_id: str, waiter: Callable[[], None]) -> None:
 
 
 def _wake_on(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop runs in the writer's thread
+        here = False
+    if here:  # the writer runs on the waiter's loop: no wake-up of it through its pipe
+        loop.call_soon(_settle, woken)
+        return
     with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
         loop.call_soon_threadsafe(_settle, woken)
 
