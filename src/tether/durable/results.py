@@ -35,7 +35,7 @@ from functools import partial
 from typing import Any
 
 from tether.durable import dispatch
-from tether.durable.fence import require_known, source_digest
+from tether.durable.fence import one_statement, require_known, source_digest
 
 LOCAL_RECHECK_SECONDS = 1.0
 """How often a wait on a workflow running in this process reads the log anyway."""
@@ -77,8 +77,9 @@ def _read_digest() -> str:
 def _built_once(sys_db: Any) -> Callable[[str], Any]:
     """``sys_db._read_workflow_result_row`` with its statement built once: the status,
     the output and error (the output table's, else the status row's) and the
-    serialization of one workflow, read under DBOS's polling limiter in a transaction
-    begun as DBOS begins them."""
+    serialization of one workflow, read under DBOS's polling limiter; one statement, so
+    on PostgreSQL in autocommit (no ``BEGIN`` and ``COMMIT`` round trips around it), on
+    SQLite as DBOS reads it (:func:`~tether.durable.fence.one_statement`)."""
     import sqlalchemy as sa
 
     ws, wo = sys_db.tables.workflow_status, sys_db.tables.workflow_output
@@ -93,9 +94,11 @@ def _built_once(sys_db: Any) -> Callable[[str], Any]:
         .where(ws.c.workflow_uuid == sa.bindparam("tether_wf_id"))
     )
 
+    connect = one_statement(sys_db)
+
     def _read_workflow_result_row(workflow_id: str) -> Any:
         sys_db._reject_shard_key(workflow_id, None)  # as DBOS's ``_wf``
-        with sys_db.poll_limiter, sys_db.engine.begin() as c:
+        with sys_db.poll_limiter, connect() as c:
             return c.execute(statement, {"tether_wf_id": workflow_id}).fetchone()
 
     return _read_workflow_result_row
