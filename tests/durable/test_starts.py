@@ -1,7 +1,7 @@
-"""Starting a workflow and awaiting its handle: on a SQLite log the status insert takes no
-thread (on PostgreSQL it still does), a result awaited outside a workflow never sends its
-no-op note to a thread, the run's row is in the log once the start returns, and a DBOS
-whose start changed is refused by name."""
+"""Starting a workflow and awaiting its handle: on a SQLite log the status insert and the
+status reads take no thread (on PostgreSQL they still do), a result awaited outside a
+workflow never sends its no-op note to a thread, the run's row is in the log once the
+start returns, and a DBOS whose start changed is refused by name."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from tether.errors import ConfigError
 
 @DBOS.workflow(name="starts.double")
 async def double(n: int) -> int:
+    me = await DBOS.get_workflow_status_async("starts-a")  # a step of this workflow
+    assert me is not None and me.status == "PENDING"
     return await DBOS.run_step_async({"name": "starts.step"}, _twice, n)
 
 
@@ -30,7 +32,8 @@ async def test_a_start_and_its_result_hop_only_where_the_database_needs_it(
     real = asyncio.to_thread
 
     async def counting(func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-        hopped.append(getattr(func, "__name__", repr(func)))
+        name = getattr(func, "__name__", repr(func))
+        hopped.append(f"{name}:{args[1]}" if name == "call_function_as_step" else name)
         return await real(func, *args, **kwargs)
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
@@ -44,11 +47,16 @@ async def test_a_start_and_its_result_hop_only_where_the_database_needs_it(
         assert await handle.get_result() == 42
         again = await DBOS.retrieve_workflow_async("starts-a")
         assert await again.get_result() == 42
+        steps = await DBOS.list_workflow_steps_async("starts-a")
+        assert [s["function_name"] for s in steps] == ["DBOS.getStatus", "starts.step"]
     finally:
         await shutdown_async()
     assert starts.GET_RESULT_NOTE not in hopped  # outside a workflow: a no-op, no thread
-    inserts = hopped.count(starts.STATUS_INSERT)
-    assert inserts == (0 if log_url.startswith("sqlite:") else 1)
+    sqlite = log_url.startswith("sqlite:")
+    assert hopped.count(starts.STATUS_INSERT) == (0 if sqlite else 1)
+    status_reads = hopped.count(f"call_function_as_step:{starts.STATUS_READ}")
+    # three: the workflow's own, this test's, the retrieve's
+    assert status_reads == (0 if sqlite else 3)
 
 
 def test_a_dbos_whose_start_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

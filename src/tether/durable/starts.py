@@ -11,6 +11,10 @@ handed back through the loop's self-pipe, the GIL passed twice):
   workflow that function returns at once, writing nothing (DBOS logs a ``get_result``
   only as a step of the workflow that calls it).
 
+``DBOS.retrieve_workflow_async`` and ``DBOS.get_workflow_status_async`` (in ``dbos._dbos``)
+likewise read the run's status row in a thread (``call_function_as_step`` of
+``DBOS.getStatus``: the read, and inside a workflow its step check and record).
+
 :func:`install` gives ``dbos._core`` an ``asyncio`` whose ``to_thread`` runs, in the
 calling thread and in a copy of its context as a thread would:
 
@@ -18,7 +22,10 @@ calling thread and in a copy of its context as a thread would:
 - on a SQLite log only, ``_init_workflow`` and ``record_get_result`` inside a workflow
   (a local file, one short transaction each that never waits on a network; it may wait
   for SQLite's write lock, which other threads hold for single short transactions, as the
-  step log's stages do: :mod:`~tether.durable.hops`).
+  step log's stages do: :mod:`~tether.durable.hops`);
+
+and ``dbos._dbos`` one whose ``to_thread`` runs the status read of ``DBOS.getStatus`` in
+place on a SQLite log only (every other hop of that module keeps its thread).
 
 What is written, in which transaction, and when the run's task starts are DBOS's: only
 the thread the call runs in changes, so a crash leaves the log as it did. Everything
@@ -45,13 +52,17 @@ STATUS_INSERT = "_init_workflow"
 GET_RESULT_NOTE = "record_get_result"
 """A ``get_result`` logged as a step of the calling workflow (nothing outside one)."""
 
-_EXPECTED_DIGEST = "61d036286e500b4a"
+STATUS_READ = "DBOS.getStatus"
+"""The operation name of ``call_function_as_step`` when it reads a run's status row."""
+
+_EXPECTED_DIGEST = "93be6080f2845b22"
 """Digest of ``start_workflow_async``, ``_init_workflow``, both async handles' result
-waits and ``SystemDatabase.record_get_result`` in DBOS 3.4.0."""
+waits, ``SystemDatabase.record_get_result`` and ``call_function_as_step``, and
+``DBOS.retrieve_workflow_async`` and ``DBOS.get_workflow_status_async`` in DBOS 3.4.0."""
 
 
 def _source_digest() -> str:
-    from dbos import _core
+    from dbos import DBOS, _core
     from dbos._sys_db import SystemDatabase
 
     return source_digest(
@@ -60,6 +71,9 @@ def _source_digest() -> str:
         _core.WorkflowHandleAsyncTask._get_result,
         _core.WorkflowHandleAsyncPolling._get_result,
         SystemDatabase.record_get_result,
+        SystemDatabase.call_function_as_step,
+        DBOS.retrieve_workflow_async,
+        DBOS.get_workflow_status_async,
     )
 
 
@@ -71,7 +85,7 @@ def _in_workflow() -> bool:
 
 
 class _Asyncio:
-    """``asyncio`` as DBOS's ``_core`` module sees it: all of it, but ``to_thread``."""
+    """``asyncio`` as DBOS's ``_core`` and ``_dbos`` see it: all of it, but ``to_thread``."""
 
     def __init__(self) -> None:
         self.sqlite_log = False
@@ -79,15 +93,17 @@ class _Asyncio:
     def __getattr__(self, name: str) -> Any:
         return getattr(asyncio, name)
 
-    def inline(self, func: Callable[..., Any]) -> bool:
-        """Whether ``func`` runs in the caller's thread (see the module docstring)."""
+    def inline(self, func: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+        """Whether ``func(*args)`` runs in the caller's thread (see the module docstring)."""
         name = getattr(func, "__name__", "")
         if name == GET_RESULT_NOTE:
             return self.sqlite_log or not _in_workflow()
+        if name == "call_function_as_step":
+            return self.sqlite_log and len(args) > 1 and args[1] == STATUS_READ
         return self.sqlite_log and name == STATUS_INSERT
 
     async def to_thread(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        if self.inline(func):
+        if self.inline(func, args):
             return contextvars.copy_context().run(func, *args, **kwargs)
         return await asyncio.to_thread(func, *args, **kwargs)
 
@@ -96,13 +112,15 @@ _PROXY = _Asyncio()
 
 
 def install(sqlite_log: bool) -> None:
-    """Route ``dbos._core``'s thread hops through :class:`_Asyncio` (the status insert
-    inline only with ``sqlite_log``); idempotent, and a later call sets ``sqlite_log``
-    anew."""
-    from dbos import _core
+    """Route the thread hops of ``dbos._core`` and ``dbos._dbos`` through
+    :class:`_Asyncio` (the status insert and read inline only with ``sqlite_log``);
+    idempotent, and a later call sets ``sqlite_log`` anew."""
+    from dbos import _core, _dbos
 
-    current = getattr(_core, "asyncio", None)
-    known = _source_digest() if current in (asyncio, _PROXY) else "another asyncio"
+    modules = (_core, _dbos)
+    ours = all(getattr(m, "asyncio", None) in (asyncio, _PROXY) for m in modules)
+    known = _source_digest() if ours else "another asyncio"
     require_known(known, _EXPECTED_DIGEST, "its workflow start and result note")
     _PROXY.sqlite_log = sqlite_log
-    setattr(_core, "asyncio", _PROXY)  # noqa: B010 (a private module attribute)
+    for module in modules:
+        setattr(module, "asyncio", _PROXY)  # noqa: B010 (a private module attribute)
