@@ -39,7 +39,7 @@ async def test_a_start_and_its_result_hop_only_where_the_database_needs_it(
     monkeypatch.setattr(asyncio, "to_thread", counting)
     launch(DurableConfig(log_url, polling_interval_seconds=0.05))
     try:
-        assert _core.asyncio is starts._PROXY
+        assert isinstance(_core.asyncio, starts._Asyncio)
         with SetWorkflowID("starts-a"):
             handle = await DBOS.start_workflow_async(double, 21)
         status = await DBOS.get_workflow_status_async("starts-a")
@@ -62,5 +62,40 @@ async def test_a_start_and_its_result_hop_only_where_the_database_needs_it(
 def test_a_dbos_whose_start_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     starts.install(sqlite_log=True)  # the pinned DBOS: its start is the one reproduced
     monkeypatch.setattr(starts, "_EXPECTED_DIGEST", "0" * 16)
+    with pytest.raises(ConfigError, match="does not know this DBOS"):
+        starts.install(sqlite_log=True)
+
+
+async def test_another_routing_of_the_same_hops_is_kept_beneath(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dbos import _dbos
+
+    passed: list[str] = []
+
+    class Routing:  # as another tether module would route a DBOS module's hops
+        def __getattr__(self, name: str) -> object:
+            return getattr(asyncio, name)
+
+        async def to_thread(self, func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            passed.append(func.__name__)
+            return await asyncio.to_thread(func, *args, **kwargs)
+
+    Routing.__module__ = "tether.durable.elsewhere"
+    monkeypatch.setattr(_core, "asyncio", Routing())
+    monkeypatch.setattr(_dbos, "asyncio", asyncio)
+    starts.install(sqlite_log=True)
+    assert isinstance(_core.asyncio, starts._Asyncio)
+
+    def elsewhere() -> str:
+        return "hopped"
+
+    assert await _core.asyncio.to_thread(elsewhere) == "hopped"
+    assert passed == ["elsewhere"]  # not inlined here: left to the routing beneath
+    assert _core.asyncio.get_running_loop() is asyncio.get_running_loop()
+
+
+def test_an_unknown_asyncio_in_dbos_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_core, "asyncio", object())
     with pytest.raises(ConfigError, match="does not know this DBOS"):
         starts.install(sqlite_log=True)

@@ -85,13 +85,15 @@ def _in_workflow() -> bool:
 
 
 class _Asyncio:
-    """``asyncio`` as DBOS's ``_core`` and ``_dbos`` see it: all of it, but ``to_thread``."""
+    """``asyncio`` as one DBOS module sees it: all of ``base`` (``asyncio``, or another of
+    tether's routings of that module's hops), but ``to_thread`` for the calls named."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: Any) -> None:
+        self.base = base
         self.sqlite_log = False
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(asyncio, name)
+        return getattr(self.base, name)
 
     def inline(self, func: Callable[..., Any], args: tuple[Any, ...]) -> bool:
         """Whether ``func(*args)`` runs in the caller's thread (see the module docstring)."""
@@ -105,10 +107,14 @@ class _Asyncio:
     async def to_thread(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self.inline(func, args):
             return contextvars.copy_context().run(func, *args, **kwargs)
-        return await asyncio.to_thread(func, *args, **kwargs)
+        result: T = await self.base.to_thread(func, *args, **kwargs)
+        return result
 
 
-_PROXY = _Asyncio()
+def _known(current: Any) -> bool:
+    """Whether ``current`` (a DBOS module's ``asyncio``) is ``asyncio`` itself or one of
+    tether's routings of its hops."""
+    return current is asyncio or type(current).__module__.startswith("tether.durable.")
 
 
 def install(sqlite_log: bool) -> None:
@@ -118,9 +124,12 @@ def install(sqlite_log: bool) -> None:
     from dbos import _core, _dbos
 
     modules = (_core, _dbos)
-    ours = all(getattr(m, "asyncio", None) in (asyncio, _PROXY) for m in modules)
+    ours = all(_known(getattr(m, "asyncio", None)) for m in modules)
     known = _source_digest() if ours else "another asyncio"
     require_known(known, _EXPECTED_DIGEST, "its workflow start and result note")
-    _PROXY.sqlite_log = sqlite_log
     for module in modules:
-        setattr(module, "asyncio", _PROXY)  # noqa: B010 (a private module attribute)
+        current = module.asyncio
+        if not isinstance(current, _Asyncio):
+            current = _Asyncio(current)
+            setattr(module, "asyncio", current)  # noqa: B010 (a private module attribute)
+        current.sqlite_log = sqlite_log
