@@ -107,6 +107,29 @@ async def test_each_read_of_a_result_uses_one_statement_built_once(log_url: str)
         await shutdown_async()
 
 
+async def test_a_wake_from_the_waiters_loop_skips_its_pipe_and_one_from_elsewhere_uses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    piped: list[object] = []
+    threadsafe = loop.call_soon_threadsafe
+
+    def noting(callback, *args):  # type: ignore[no-untyped-def]
+        if callback is results._settle:  # a wake (the thread's own result is piped too)
+            piped.append(callback)
+        return threadsafe(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", noting)
+    here: asyncio.Future[None] = loop.create_future()
+    results._wake_on(loop, here)
+    await asyncio.wait_for(here, 1.0)
+    assert piped == []  # woken on its own loop: no write to the loop's self-pipe
+    there: asyncio.Future[None] = loop.create_future()
+    await asyncio.to_thread(results._wake_on, loop, there)
+    await asyncio.wait_for(there, 1.0)
+    assert len(piped) == 1  # from another thread: through the pipe, as before
+
+
 def test_a_dbos_whose_result_read_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     class Log:
         sharded = False
