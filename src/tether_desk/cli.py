@@ -319,6 +319,7 @@ def worker_command(
         True,
         concurrency=concurrency,
         poll_seconds=poll,
+        log_on_loop=True,  # the worker's loop runs only workflows: no thread hop per log write
     )
     typer.echo(f"runs:     {_runs_line(runs)}")
     _upgrade_notice(runs, db)

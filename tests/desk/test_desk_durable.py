@@ -206,6 +206,8 @@ async def test_a_triage_that_breaks_hands_the_ticket_to_a_person(durable: Desk) 
         assert await until_status(durable.db, tid, "failed", "needs_human") == "failed"
     finally:
         durable.triage_client = None
+    handle = await DBOS.retrieve_workflow_async(workflow_id(tid))
+    assert await handle.get_result() == "failed"  # its status is written before it ends
     workflows = await DBOS.list_workflows_async(workflow_ids=[workflow_id(tid)])
     assert [w.status for w in workflows] == ["SUCCESS"]  # the workflow ended, not errored
 

@@ -34,8 +34,9 @@ async def flow(n: int) -> int:
     return await DBOS.run_step_async({"name": "hops.blocking"}, blocking, first)
 
 
-async def test_the_log_stages_run_where_the_database_allows(
-    log_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("on_loop", [None, True, False])
+async def test_the_log_stages_run_where_the_configuration_says(
+    log_url: str, on_loop: bool | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hopped: list[str] = []
     real = asyncio.to_thread
@@ -46,7 +47,7 @@ async def test_the_log_stages_run_where_the_database_allows(
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
     threads.clear()
-    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05, log_on_loop=on_loop))
     try:
         assert _outcome.asyncio is hops._PROXY
         handle = await DBOS.start_workflow_async(flow, 1)
@@ -59,30 +60,11 @@ async def test_the_log_stages_run_where_the_database_allows(
     assert threads["async step"] == {here}  # the step's body on the workflow's loop
     assert here not in threads["sync step"]  # a blocking body still gets its thread
     assert hops.NO_OP_STAGE not in hopped
-    assert [name for name in hopped if name in hops.LOG_STAGES] == []
-
-
-async def test_the_log_stages_take_threads_when_asked(
-    log_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    hopped: list[str] = []
-    real = asyncio.to_thread
-
-    async def counting(func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-        hopped.append(getattr(func, "__qualname__", repr(func)))
-        return await real(func, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
-    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
-    hops.install(inline_log=False)
-    try:
-        handle = await DBOS.start_workflow_async(flow, 1)
-        assert await handle.get_result() == 4
-    finally:
-        hops.install()
-        await shutdown_async()
-    # the async step's check and record, and the workflow's outcome
-    assert sorted(n for n in hopped if n in hops.LOG_STAGES) == sorted(hops.LOG_STAGES)
+    # by default on the loop on SQLite, in threads on PostgreSQL
+    inline = log_url.startswith("sqlite:") if on_loop is None else on_loop
+    # else the async step's check and record, and the workflow's outcome, each a hop
+    expected = [] if inline else sorted(hops.LOG_STAGES)
+    assert sorted(name for name in hopped if name in hops.LOG_STAGES) == expected
 
 
 def test_a_dbos_whose_stages_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

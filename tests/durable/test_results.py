@@ -68,6 +68,77 @@ async def test_a_workflow_that_does_not_run_here_is_polled_as_asked(log_url: str
         await shutdown_async()
 
 
+_RESULT_READ = "SELECT __dbos_placeholder_schema__.workflow_status.status, coalesce("
+"""How the read of a workflow's result begins (DBOS's statement and the one built once)."""
+
+
+@DBOS.workflow(name="results.fails")
+async def fails() -> str:
+    raise ValueError("no refund for you")
+
+
+async def test_each_read_of_a_result_uses_one_statement_built_once(log_url: str) -> None:
+    from sqlalchemy import event
+
+    launch(DurableConfig(log_url))
+    try:
+        sys_db: Any = _sys_db()
+        with SetWorkflowID("results-once"):
+            await DBOS.start_workflow_async(later, 0.0)
+        with SetWorkflowID("results-fails"):
+            await DBOS.start_workflow_async(fails)
+        statements: list[object] = []
+
+        def note(conn: Any, clause: object, *args: Any) -> None:
+            if str(clause).startswith(_RESULT_READ):
+                statements.append(clause)
+
+        event.listen(sys_db.engine, "before_execute", note)
+        for _ in range(3):
+            handle = await DBOS.retrieve_workflow_async("results-once")
+            assert await handle.get_result() == "done"
+            failing = await DBOS.retrieve_workflow_async("results-fails")
+            with pytest.raises(ValueError, match="no refund for you"):
+                await failing.get_result()
+        event.remove(sys_db.engine, "before_execute", note)
+        assert len(statements) >= 6
+        assert len({id(s) for s in statements}) == 1  # the same statement, every read
+    finally:
+        await shutdown_async()
+
+
+async def test_a_wake_from_the_waiters_loop_skips_its_pipe_and_one_from_elsewhere_uses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    piped: list[object] = []
+    threadsafe = loop.call_soon_threadsafe
+
+    def noting(callback, *args):  # type: ignore[no-untyped-def]
+        if callback is results._settle:  # a wake (the thread's own result is piped too)
+            piped.append(callback)
+        return threadsafe(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", noting)
+    here: asyncio.Future[None] = loop.create_future()
+    results._wake_on(loop, here)
+    await asyncio.wait_for(here, 1.0)
+    assert piped == []  # woken on its own loop: no write to the loop's self-pipe
+    there: asyncio.Future[None] = loop.create_future()
+    await asyncio.to_thread(results._wake_on, loop, there)
+    await asyncio.wait_for(there, 1.0)
+    assert len(piped) == 1  # from another thread: through the pipe, as before
+
+
+def test_a_dbos_whose_result_read_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Log:
+        sharded = False
+
+    monkeypatch.setattr(results, "_READ_DIGEST", "0" * 16)
+    with pytest.raises(ConfigError, match="does not know this DBOS"):
+        results.install(Log(), object())
+
+
 def test_a_dbos_whose_wait_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(results, "_EXPECTED_DIGEST", "0" * 16)
     with pytest.raises(ConfigError, match="does not know this DBOS"):

@@ -17,8 +17,11 @@ runs in the calling thread, in a copy of the context as a thread would:
   single short transactions; on PostgreSQL it waits for one round trip to the server,
   during which the workflows' loop runs nothing else. Measured on PostgreSQL (one ``tether
   worker``, ``bench/durable_worker.py``): a third fewer context switches per ticket, a
-  millisecond less system time, no fewer tickets a second. ``install(inline_log=False)``
-  keeps them in threads.
+  millisecond less system time, no fewer tickets a second. :func:`~tether.durable.launch`
+  runs them here on SQLite and, on PostgreSQL, only when
+  :attr:`~tether.durable.DurableConfig.log_on_loop` says so (for a loop that runs nothing
+  but workflows: while the database is unreachable, DBOS's retries then hold the loop);
+  ``install(inline_log=False)`` keeps them in threads.
 
 Everything else (a synchronous step's body, any other function) still goes to a thread.
 The names are checked against the pinned DBOS's source in :func:`install`, which raises

@@ -15,6 +15,11 @@ While the workflow runs here (or is claimed to), the log is read again at most e
 by another process, a cancel, is seen that late at worst. A workflow
 that does not run here is polled as the caller asked.
 
+Each read is DBOS's (``check_workflow_result``: the same row, the same interpretation),
+but its statement (``_read_workflow_result_row``) is built once per system database
+instead of at every read, where building it and its cache key cost more CPU than the
+read of a local file.
+
 The methods replaced are checked against the pinned DBOS's source; a release that
 changed them is refused with :class:`ConfigError`, naming the installed DBOS
 (``tests/durable/test_results.py``).
@@ -30,7 +35,7 @@ from functools import partial
 from typing import Any
 
 from tether.durable import dispatch
-from tether.durable.fence import require_known, source_digest
+from tether.durable.fence import one_statement, require_known, source_digest
 
 LOCAL_RECHECK_SECONDS = 1.0
 """How often a wait on a workflow running in this process reads the log anyway."""
@@ -38,6 +43,10 @@ LOCAL_RECHECK_SECONDS = 1.0
 _EXPECTED_DIGEST = "f4d04d5b91eecf7c"
 """Digest of ``await_workflow_result``, its async twin, ``check_workflow_result`` and
 ``update_workflow_outcome`` in DBOS 3.4.0."""
+
+_READ_DIGEST = "936428858f68e4e1"
+"""Digest of ``_read_workflow_result_row``, ``_wf`` and ``_wf_join`` in DBOS 3.4.0 (the
+read :func:`_built_once` reproduces)."""
 
 _HOOKED = "_tether_results"
 
@@ -57,6 +66,44 @@ def _source_digest() -> str:
     )
 
 
+def _read_digest() -> str:
+    from dbos._sys_db import SystemDatabase
+
+    return source_digest(
+        SystemDatabase._read_workflow_result_row, SystemDatabase._wf, SystemDatabase._wf_join
+    )
+
+
+def _built_once(sys_db: Any) -> Callable[[str], Any]:
+    """``sys_db._read_workflow_result_row`` with its statement built once: the status,
+    the output and error (the output table's, else the status row's) and the
+    serialization of one workflow, read under DBOS's polling limiter; one statement, so
+    on PostgreSQL in autocommit (no ``BEGIN`` and ``COMMIT`` round trips around it), on
+    SQLite as DBOS reads it (:func:`~tether.durable.fence.one_statement`)."""
+    import sqlalchemy as sa
+
+    ws, wo = sys_db.tables.workflow_status, sys_db.tables.workflow_output
+    statement = (
+        sa.select(
+            ws.c.status,
+            sa.func.coalesce(wo.c.output, ws.c.output),
+            sa.func.coalesce(wo.c.error, ws.c.error),
+            ws.c.serialization,
+        )
+        .select_from(ws.outerjoin(wo, ws.c.workflow_uuid == wo.c.workflow_uuid))
+        .where(ws.c.workflow_uuid == sa.bindparam("tether_wf_id"))
+    )
+
+    connect = one_statement(sys_db)
+
+    def _read_workflow_result_row(workflow_id: str) -> Any:
+        sys_db._reject_shard_key(workflow_id, None)  # as DBOS's ``_wf``
+        with sys_db.poll_limiter, connect() as c:
+            return c.execute(statement, {"tether_wf_id": workflow_id}).fetchone()
+
+    return _read_workflow_result_row
+
+
 def install(sys_db: Any, active: Any) -> None:
     """Let waits on ``sys_db`` (DBOS's running system database) for a workflow of this
     process be woken by its outcome; ``active``: DBOS's registry of the runs in
@@ -65,6 +112,9 @@ def install(sys_db: Any, active: Any) -> None:
     if getattr(sys_db, _HOOKED, False):
         return
     setattr(sys_db, _HOOKED, True)
+    if not sys_db.sharded:  # a sharded log's rows are found by their shard key too
+        require_known(_read_digest(), _READ_DIGEST, "its read of a workflow's result")
+        sys_db._read_workflow_result_row = _built_once(sys_db)
     write, check = sys_db.update_workflow_outcome, sys_db.check_workflow_result
     inline = sys_db.engine.dialect.name == "sqlite"
 
@@ -111,8 +161,12 @@ def install(sys_db: Any, active: Any) -> None:
                     )
                 if not _no_result(result):
                     return result
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken, interval(workflow_id, polling_interval))
+                # the outcome's wake or the recheck's timer settles the one future
+                timer = loop.call_later(interval(workflow_id, polling_interval), _settle, woken)
+                try:
+                    await woken
+                finally:
+                    timer.cancel()
             finally:
                 _discard(workflow_id, wake_here)
 
@@ -144,6 +198,13 @@ def _discard(workflow_id: str, waiter: Callable[[], None]) -> None:
 
 
 def _wake_on(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop runs in the writer's thread
+        here = False
+    if here:  # the writer runs on the waiter's loop: no wake-up of it through its pipe
+        loop.call_soon(_settle, woken)
+        return
     with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
         loop.call_soon_threadsafe(_settle, woken)
 

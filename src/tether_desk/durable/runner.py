@@ -108,6 +108,9 @@ class DurableSettings:
     application_version: str = APP_VERSION
     system_database_url: str | None = None
     """The durable log's database (default: :func:`system_database_url` of the desk's)."""
+    log_on_loop: bool | None = None
+    """:attr:`tether.durable.DurableConfig.log_on_loop`: ``tether worker`` sets it (its
+    loop runs only the desk's workflows)."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -154,6 +157,7 @@ class DurableDesk:
             executor_id=s.executor_id,
             app_name=APP_NAME,
             polling_interval_seconds=s.wait_poll_seconds,
+            log_on_loop=s.log_on_loop,
         )
 
     async def start(self) -> None:
