@@ -63,6 +63,14 @@ def pg_db(pg_url: str) -> Iterator[Database]:
     database.dispose()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db(request: pytest.FixtureRequest) -> Database:
+    """The desk's database on SQLite (``db``), then on PostgreSQL (``pg_db``)."""
+    name = "db" if request.param == "sqlite" else "pg_db"
+    database: Database = request.getfixturevalue(name)
+    return database
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Debian's Chromium through Playwright, one per test module (each page in a context

@@ -15,13 +15,6 @@ from tether_desk.models import Run, RunEvent, Ticket
 from tether_desk.tickets import set_ticket
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_db(request: pytest.FixtureRequest) -> Database:
-    name = "db" if request.param == "sqlite" else "pg_db"
-    database: Database = request.getfixturevalue(name)
-    return database
-
-
 def trace(db: Database, run_id: str) -> tuple[list[tuple[int, str]], tuple[str, int] | None]:
     with db.read_connection() as c:
         events = c.execute(

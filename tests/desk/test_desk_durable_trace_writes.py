@@ -14,6 +14,7 @@ import pytest
 from helpers import add_ticket, until_status
 from sqlalchemy import Connection, event, select, update
 from sqlalchemy.exc import OperationalError
+from test_desk_durable_trace import trace
 
 from tether.messages import Usage
 from tether_desk.db import Database
@@ -22,24 +23,6 @@ from tether_desk.models import Run, RunEvent, Ticket
 from tether_desk.pipeline import Desk
 from tether_desk.scripted import DeskScriptedModel
 from tether_desk.tickets import set_ticket
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_db(request: pytest.FixtureRequest) -> Database:
-    name = "db" if request.param == "sqlite" else "pg_db"
-    database: Database = request.getfixturevalue(name)
-    return database
-
-
-def trace(db: Database, run_id: str) -> tuple[list[tuple[int, str]], tuple[str, int] | None]:
-    with db.read_connection() as c:
-        events = c.execute(
-            select(RunEvent.seq, RunEvent.kind)
-            .where(RunEvent.run_id == run_id)
-            .order_by(RunEvent.seq)
-        ).all()
-        run = c.execute(select(Run.status, Run.requests).where(Run.id == run_id)).one_or_none()
-    return [(s, k) for s, k in events], (run[0], run[1]) if run is not None else None
 
 
 def _new(db: Database) -> Any:

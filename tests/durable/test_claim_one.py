@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from dbos import DBOSClient, _dbos
 from dbos._sys_db import SystemDatabase
 from dbos._utils import GlobalParams
+from statements import statements
 from test_claim import _enqueue, _queue, _rows
 
 from tether.durable import DurableConfig, launch, shutdown_async, statuses
@@ -28,21 +29,10 @@ async def test_a_claim_is_one_statement(log_url: str) -> None:
     try:
         sys_db = _sys_db()
         _enqueue(client, "claim.count")
-        seen: list[tuple[str, str]] = []
-
-        here = threading.get_ident()  # DBOS's own threads use the engine meanwhile
-
-        def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if threading.get_ident() == here:
-                seen.append((statement, conn.get_execution_options().get("isolation_level", "")))
-
-        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
-        try:
+        with statements(sys_db.engine) as seen:
             ids, stopped = sys_db._tether_claim(
                 _queue("claim.count", 3), "exec", GlobalParams.app_version, None, 0
             )
-        finally:
-            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
         assert (len(ids), stopped) == (3, None)
         assert len(seen) == 1, seen
         statement, isolation = seen[0]
@@ -142,22 +132,11 @@ async def test_the_read_after_a_claim_is_answered_by_the_claim(log_url: str) -> 
             _queue("claim.read", 3), "exec", GlobalParams.app_version, None, 0, owner_xid="me"
         )
         assert len(ids) == 3
-        seen: list[str] = []
-
-        here = threading.get_ident()  # DBOS's own threads use the engine meanwhile
-
-        def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if threading.get_ident() == here:
-                seen.append(statement)
-
-        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
-        try:
+        with statements(sys_db.engine) as seen:
             recalled = sys_db.get_workflow_statuses(ids)
             assert seen == []  # answered by the claim's RETURNING
             again = sys_db.get_workflow_statuses(ids)
             assert len(seen) == 1  # once only: the next read reads
-        finally:
-            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
         read = {s["workflow_uuid"]: s for s in stock(ids)}
         assert recalled == again == [read[i] for i in ids]
         assert [s["status"] for s in recalled] == ["PENDING"] * 3
@@ -166,12 +145,9 @@ async def test_the_read_after_a_claim_is_answered_by_the_claim(log_url: str) -> 
             _queue("claim.read", 1), "exec", GlobalParams.app_version, None, 0, owner_xid="me"
         )
         asked = [ids[0], recalled[0]["workflow_uuid"]]  # not the runs the claim took
-        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
-        try:
+        with statements(sys_db.engine) as seen:
             other = sys_db.get_workflow_statuses(asked)
-        finally:
-            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
-        assert len(seen) == 2, seen
+        assert len(seen) == 1, seen  # not the claim's: read
         read = {s["workflow_uuid"]: s for s in stock(asked)}
         assert other == [read[i] for i in asked]
     finally:

@@ -3,7 +3,6 @@ what they raise; a DBOS whose step methods changed is refused by name."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from dbos._error import (
     DBOSWorkflowConflictIDError,
 )
 from dbos._sys_db import SystemDatabase
+from statements import statements
 
 from tether.durable import DurableConfig, launch, shutdown_async, steplog
 from tether.errors import ConfigError
@@ -134,22 +134,12 @@ async def test_an_owned_record_is_one_statement(log_url: str) -> None:
         ws = sys_db.tables.workflow_status
         with sys_db.engine.begin() as c:  # the run held again, by an execution of its own
             c.execute(sa.update(ws).where(ws.c.workflow_uuid == wid).values(owner_xid="mine"))
-        seen: list[str] = []
-        here = threading.get_ident()  # DBOS's own threads use the engine meanwhile
-
-        def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if threading.get_ident() == here:
-                seen.append(statement)
-
-        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
-        try:
+        with statements(sys_db.engine) as seen:
             sys_db.record_operation_result(_step(wid, 100), owner_xid="mine")
             assert len(seen) == 1, seen
             with pytest.raises(DBOSWorkflowConflictIDError):
                 sys_db.record_operation_result(_step(wid, 101), owner_xid="someone-else")
             assert len(seen) == 2, seen
-        finally:
-            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
         assert _row(sys_db, wid, 100)["output"] == '{"n": 1}'
         assert sys_db.check_operation_execution(wid, 101, "steplog.add") is None
     finally:
