@@ -67,23 +67,19 @@ def _verify() -> None:
     )
 
 
-def _statements(sys_db: Any) -> tuple[str, str, str, str | None]:
-    """The check, owner check and insert for this database, with ``:name`` parameters,
-    and the owner check and insert as one statement."""
+def _statements(sys_db: Any) -> tuple[str, str, str]:
+    """The check, the insert, and the owner check with the insert as one statement, for
+    this database, with ``:name`` parameters (psycopg's on PostgreSQL)."""
     oo = sys_db.tables.operation_outputs
     ws = sys_db.tables.workflow_status
     if sys_db._is_sqlite:
         prefix = ""
-        owner = (  # a write, so that the transaction takes SQLite's write lock here
-            f"UPDATE {ws.name} SET owner_xid=owner_xid WHERE workflow_uuid=:w RETURNING owner_xid"
-        )
         if sys.version_info >= (3, 12):
             now = "CAST(unixepoch('subsec') * 1000 AS BIGINT)"
         else:
             now = "CAST(strftime('%s', 'now') * 1000 AS BIGINT)"
     else:
         prefix = f'"{sys_db.schema}".'
-        owner = f"SELECT owner_xid FROM {prefix}{ws.name} WHERE workflow_uuid=:w FOR NO KEY UPDATE"
         now = "CAST(EXTRACT(epoch FROM now()) * 1000 AS BIGINT)"
     check = (
         f"SELECT s.status, o.function_id, o.output, o.error, o.function_name,"
@@ -113,16 +109,17 @@ def _statements(sys_db: Any) -> tuple[str, str, str, str | None]:
             f"{columns} SELECT {values} FROM {ws.name}"
             f" WHERE workflow_uuid = :w AND owner_xid = :owner{conflict}"
         )
-        return check, owner, insert, owned
+        return check, insert, owned
     # the run's row locked, then the step inserted only if the run is still the caller's:
     # no row back means another execution owns it (the same order and locks as two calls)
+    owner = f"SELECT owner_xid FROM {prefix}{ws.name} WHERE workflow_uuid=:w FOR NO KEY UPDATE"
     owned = (
         f"WITH owner AS ({owner}) {columns} SELECT {_typed(values)} FROM owner"
         f" WHERE owner.owner_xid = :owner{conflict}"
     )
     return tuple(  # type: ignore[return-value]
         re.sub(r":(\w+)", r"%(\1)s", s)  # psycopg's parameter style
-        for s in (check, owner, insert, owned)
+        for s in (check, insert, owned)
     )
 
 
@@ -155,9 +152,9 @@ def install(sys_db: Any) -> bool:
     if type(sys_db) not in (SQLiteSystemDatabase, PostgresSystemDatabase):
         return False
     _verify()
-    check_sql, owner_sql, insert_sql, owned_sql = _statements(sys_db)
+    check_sql, insert_sql, owned_sql = _statements(sys_db)
     sys_db.check_operation_execution = _check(sys_db, check_sql)
-    sys_db.record_operation_result = _record(sys_db, owner_sql, insert_sql, owned_sql)
+    sys_db.record_operation_result = _record(sys_db, insert_sql, owned_sql)
     return True
 
 
@@ -201,17 +198,14 @@ def _check(sys_db: Any, sql: str) -> Callable[..., Any]:
     return check_operation_execution
 
 
-def _record(
-    sys_db: Any, owner_sql: str, insert_sql: str, owned_sql: str | None
-) -> Callable[..., None]:
+def _record(sys_db: Any, insert_sql: str, owned_sql: str) -> Callable[..., None]:
     from dbos._context import current_owner_xid
     from dbos._debug_trigger import DebugTriggers
     from dbos._error import DBOSStepNondeterminismError, DBOSWorkflowConflictIDError
     from dbos._sys_db import db_retry
     from sqlalchemy.exc import DBAPIError
 
-    # PostgreSQL: every record is one statement (the owner check within it)
-    connect = one_statement(sys_db) if owned_sql is not None else sys_db.engine.begin
+    connect = one_statement(sys_db)  # every record is one statement (the owner check within it)
 
     def record_operation_result(
         result: Any,
@@ -245,12 +239,8 @@ def _record(
                 sys_db._reject_shard_key(workflow_id, None)
                 owner = owner_xid if owner_xid is not None else current_owner_xid(workflow_id)
                 sql, params = insert_sql, values
-                if owner is not None and owned_sql is not None:
+                if owner is not None:
                     sql, params = owned_sql, {**values, "owner": owner}
-                elif owner is not None:
-                    current = c.exec_driver_sql(owner_sql, {"w": workflow_id}).scalar()
-                    if current != owner:
-                        raise DBOSWorkflowConflictIDError(workflow_id)
                 try:
                     rows = c.exec_driver_sql(sql, params).fetchall()
                     if not rows and sql is owned_sql:  # the run is not the caller's
