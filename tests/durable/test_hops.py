@@ -68,7 +68,7 @@ async def test_the_log_stages_run_where_the_configuration_says(
 
 
 def test_a_dbos_whose_stages_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    hops.install()  # the pinned DBOS: its stages are the ones named
+    hops.install(inline_log=True)  # the pinned DBOS: its stages are the ones named
     monkeypatch.setattr(hops, "_EXPECTED_DIGEST", "0" * 16)
     with pytest.raises(ConfigError, match="does not know this DBOS"):
-        hops.install()
+        hops.install(inline_log=True)

@@ -62,26 +62,45 @@ def _source_digest() -> str:
     return source_digest(_outcome.Pending, _core.invoke_step, _core._get_wf_invoke_func)
 
 
-class _Asyncio:
-    """``asyncio`` as DBOS's ``_outcome`` module sees it: all of it, but ``to_thread``."""
+class RoutedAsyncio:
+    """``asyncio`` as one DBOS module sees it: all of ``base`` (``asyncio``, or another
+    routing of that module's hops), but ``to_thread``, which runs the calls :meth:`inline`
+    names in the calling thread, in a copy of its context as a thread would."""
 
-    def __init__(self) -> None:
-        self.inline_log = False
+    def __init__(self, base: Any) -> None:
+        self.base = base
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(asyncio, name)
+        return getattr(self.base, name)
+
+    def inline(self, func: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+        """Whether ``func(*args)`` runs in the caller's thread (none, here)."""
+        return False
 
     async def to_thread(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        name = getattr(func, "__qualname__", "")
-        if name == NO_OP_STAGE or (self.inline_log and name in LOG_STAGES):
+        if self.inline(func, args):
             return contextvars.copy_context().run(func, *args, **kwargs)
-        return await asyncio.to_thread(func, *args, **kwargs)
+        result: T = await self.base.to_thread(func, *args, **kwargs)
+        return result
+
+
+class _Asyncio(RoutedAsyncio):
+    """``asyncio`` as DBOS's ``_outcome`` module sees it: the no-op stage inline, and the
+    log's stages with ``inline_log``."""
+
+    def __init__(self) -> None:
+        super().__init__(asyncio)
+        self.inline_log = False
+
+    def inline(self, func: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+        name = getattr(func, "__qualname__", "")
+        return name == NO_OP_STAGE or (self.inline_log and name in LOG_STAGES)
 
 
 _PROXY = _Asyncio()
 
 
-def install(inline_log: bool = True) -> None:
+def install(inline_log: bool) -> None:
     """Route DBOS's stage hops through :class:`_Asyncio` (the log stages inline only with
     ``inline_log``); idempotent, and a later call sets ``inline_log`` anew."""
     from dbos import _outcome

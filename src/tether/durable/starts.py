@@ -38,13 +38,11 @@ if a release changed them (``tests/durable/test_starts.py``).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from tether.durable.fence import require_known, source_digest
-
-T = TypeVar("T")
+from tether.durable.hops import RoutedAsyncio
 
 STATUS_INSERT = "_init_workflow"
 """The status row and inputs of a run started from async code (one transaction)."""
@@ -84,16 +82,13 @@ def _in_workflow() -> bool:
     return ctx is not None and ctx.is_workflow()
 
 
-class _Asyncio:
-    """``asyncio`` as one DBOS module sees it: all of ``base`` (``asyncio``, or another of
-    tether's routings of that module's hops), but ``to_thread`` for the calls named."""
+class _Asyncio(RoutedAsyncio):
+    """``asyncio`` as ``dbos._core`` or ``dbos._dbos`` sees it: the calls named in the
+    module docstring inline."""
 
     def __init__(self, base: Any) -> None:
-        self.base = base
+        super().__init__(base)
         self.sqlite_log = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
 
     def inline(self, func: Callable[..., Any], args: tuple[Any, ...]) -> bool:
         """Whether ``func(*args)`` runs in the caller's thread (see the module docstring)."""
@@ -103,12 +98,6 @@ class _Asyncio:
         if name == "call_function_as_step":
             return self.sqlite_log and len(args) > 1 and args[1] == STATUS_READ
         return self.sqlite_log and name == STATUS_INSERT
-
-    async def to_thread(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        if self.inline(func, args):
-            return contextvars.copy_context().run(func, *args, **kwargs)
-        result: T = await self.base.to_thread(func, *args, **kwargs)
-        return result
 
 
 def _known(current: Any) -> bool:
