@@ -252,7 +252,7 @@ def record_triage(recorder: RunRecorder, scope: TicketScope, result: TriageResul
     recorder.finish(
         *triage_outcome(result),
         result.usage,
-        partial(_set_category, ticket_id=scope.ticket_id, category=result.category),
+        lambda c: c.execute(*category_statement(scope, result)),
     )
 
 
@@ -264,10 +264,6 @@ def triage_outcome(result: TriageResult) -> tuple[str, str]:
 def category_statement(scope: TicketScope, result: TriageResult) -> tuple[Executable, Any]:
     """The ticket's category as the triage found it: a statement and its parameters."""
     return _TRIAGED, {"ticket_id_": scope.ticket_id, "category_": result.category}
-
-
-def _set_category(connection: Connection, ticket_id: int, category: str) -> None:
-    connection.execute(_TRIAGED, {"ticket_id_": ticket_id, "category_": category})
 
 
 def _answer_tracking(db: Database, scope: TicketScope) -> None:
