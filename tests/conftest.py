@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -70,3 +71,49 @@ def pg_url(pg_server: PostgresServer, request: pytest.FixtureRequest) -> Iterato
     url = pg_server.create_database(request.node.name)
     yield url
     pg_server.drop_database(url)
+
+
+def _dbos_launched() -> bool:
+    """Whether DBOS runs in this process (without importing it where no test did)."""
+    if "dbos" not in sys.modules:
+        return False
+    from tether.durable.runtime import is_launched
+
+    return is_launched()
+
+
+@pytest.fixture(autouse=True)
+def dbos_left_running() -> Iterator[None]:
+    """A test that launches DBOS must stop it: one left running fails here, named, and is
+    stopped, instead of failing every later test with "DBOS is already running" (and
+    keeping its threads alive at the interpreter's exit). DBOS launched by a module's
+    fixture, set up before this one, is that fixture's to stop."""
+    before = _dbos_launched()
+    yield
+    if not before and _dbos_launched():
+        from tether.durable.runtime import shutdown
+
+        shutdown()
+        pytest.fail("this test left DBOS running (stop it in a finally or a fixture)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dbos_left_running_by_the_module() -> Iterator[None]:
+    """The same check for a module's fixtures: DBOS stopped when the module ends."""
+    yield
+    if _dbos_launched():
+        from tether.durable.runtime import shutdown
+
+        shutdown()
+        pytest.fail("this module's fixtures left DBOS running")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Forked children a test left running are killed and named: the interpreter would wait
+    for them at its exit, past the end of the run (see ``forked.run_forked``)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        print(f"\nkilled {child.name} (pid {child.pid}), left running by a test", file=sys.stderr)
+        child.kill()
+        child.join(5)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import sys
 import time
 from dataclasses import replace
@@ -15,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine
 
 import state_worker
+from forked import FORK, run_forked
 from tether.errors import StateError
 from tether.run_state import RunState
 from tether.sql_state_store import SqlStateStore
@@ -188,17 +188,11 @@ def _create(url: str, barrier: Any, errors: Any) -> None:
 
 
 def test_processes_creating_the_tables_at_once_all_succeed(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
-    errors = ctx.Queue()
+    errors = FORK.Queue()
     for round_ in range(12):
         url = f"sqlite:///{tmp_path / f'fresh{round_}.db'}"
-        barrier = ctx.Barrier(4)
-        procs = [ctx.Process(target=_create, args=(url, barrier, errors)) for _ in range(4)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(60)
-        assert all(p.exitcode == 0 for p in procs)
+        barrier = FORK.Barrier(4)
+        assert run_forked(_create, [(url, barrier, errors)] * 4) == [0] * 4
     time.sleep(0.1)
     found = []
     while not errors.empty():

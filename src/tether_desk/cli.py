@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from tether_desk.durable import DurableDesk
@@ -149,15 +153,27 @@ class _Stopped(KeyboardInterrupt):
     """SIGTERM, stopping a command as Ctrl-C does (cleanly, exit status 0)."""
 
 
-def _stop_on_sigterm() -> None:
+def _stops_on_sigterm(command: Callable[P, R]) -> Callable[P, R]:
+    """``command`` with SIGTERM stopping it as Ctrl-C does; the handler from before is back
+    once it returns (a command run inside another program, a test, leaves none behind)."""
+    import functools
     import signal
 
     def stop(_sig: int, _frame: object) -> None:
         raise _Stopped
 
-    signal.signal(signal.SIGTERM, stop)
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        before = signal.signal(signal.SIGTERM, stop)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, before)
+
+    return run
 
 
+@_stops_on_sigterm
 def serve_command(
     db: Annotated[str, typer.Option("--db", help=DB_HELP)] = DEFAULT_DB,
     model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None,
@@ -175,7 +191,6 @@ def serve_command(
 
     Tickets run as durable workflows: one cut short by a crash resumes at the next start.
     With --workers N, N processes serve the console and the tickets run in this one."""
-    _stop_on_sigterm()
     worker_id = _checked_id(worker_id)
     console_only = process is False and not plain
     lock = None if console_only else _writer_lock(db)
@@ -284,6 +299,7 @@ def _hide_password(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+@_stops_on_sigterm
 def worker_command(
     worker_id: Annotated[str, typer.Option("--id", help=ID_HELP)],
     db: Annotated[str, typer.Option("--db", help=DB_HELP)] = DEFAULT_DB,
@@ -307,7 +323,6 @@ def worker_command(
 
     Several workers share one PostgreSQL database. A killed worker's runs resume when it
     restarts under the same --id, or on another worker started with --recover ID."""
-    _stop_on_sigterm()
     worker_id = _checked_id(worker_id)
     lock = _writer_lock(db)
     database, client, triage, _ = _open(db, model, seed_it=False)
@@ -365,6 +380,7 @@ def desk_serve(
 
 
 @desk_app.command("demo")
+@_stops_on_sigterm
 def desk_demo(
     db: Annotated[
         str, typer.Option("--db", help="Database (default: a fresh temporary file).")
@@ -377,8 +393,6 @@ def desk_demo(
 
     from rich.console import Console
     from sqlalchemy import select
-
-    _stop_on_sigterm()
 
     with tempfile.TemporaryDirectory(prefix="tether-desk-") as tmp:
         database, client, triage, _ = _open(db or str(Path(tmp) / "demo.db"), model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from helpers import ticket_id_by_order
@@ -16,12 +17,20 @@ from tether_desk.models import Ticket
 from tether_desk.pipeline import Desk
 
 
-def durable(desk: Desk, *, version: str = "1", block_at: str | None = None) -> DurableDesk:
+def durable(
+    desk: Desk,
+    *,
+    version: str = "1",
+    block_at: str | None = None,
+    reached: threading.Event | None = None,
+) -> DurableDesk:
     """The desk's durable runs in this process; ``block_at``: a boundary where every
-    ticket stops for good (until the process stops DBOS)."""
+    ticket stops for good (until the process stops DBOS), setting ``reached`` there."""
 
     async def boundary(name: str, _ticket: int) -> None:
         if name == block_at:
+            if reached is not None:
+                reached.set()
             await asyncio.Event().wait()
 
     settings = DurableSettings(poll_seconds=0.05, application_version=version)
@@ -50,12 +59,15 @@ async def stuck_in_triage(desk: Desk, version: str = "1") -> int:
     through its step (the claim, the triage and its record, the agent's turns to its
     proposal done, the approval not stored): the ticket still ``triaging``."""
     ticket = ticket_id_by_order(desk.db, "C-2210")
-    runs = durable(desk, version=version, block_at="approval.requested")
+    reached = threading.Event()
+    runs = durable(desk, version=version, block_at="approval.requested", reached=reached)
     await runs.start()
-    await runs.submit(ticket)
-    await until(lambda: status(desk.db, ticket) == "triaging")
-    await asyncio.sleep(0.3)
-    await runs.stop()
+    try:
+        await runs.submit(ticket)
+        await until(reached.is_set)
+        assert status(desk.db, ticket) == "triaging"
+    finally:
+        await runs.stop()
     return ticket
 
 
@@ -64,12 +76,15 @@ async def stopped_after_its_step(desk: Desk, version: str = "1") -> int:
     step (the claim, the triage, the agent's turns to its proposal, the approval stored)
     was logged, before the workflow returned: the ticket awaits its approval."""
     ticket = ticket_id_by_order(desk.db, "C-2210")
-    runs = durable(desk, version=version, block_at="ticket.done")
+    reached = threading.Event()
+    runs = durable(desk, version=version, block_at="ticket.done", reached=reached)
     await runs.start()
-    await runs.submit(ticket)
-    await until(lambda: status(desk.db, ticket) == "awaiting_approval")
-    await asyncio.sleep(0.3)
-    await runs.stop()
+    try:
+        await runs.submit(ticket)
+        await until(reached.is_set)
+        assert status(desk.db, ticket) == "awaiting_approval"
+    finally:
+        await runs.stop()
     return ticket
 
 
@@ -78,11 +93,13 @@ async def wait_under(desk: Desk, version: str, tickets: list[int]) -> None:
     then stop (their waits stay pending under that version)."""
     runs = durable(desk, version=version)
     await runs.start()
-    for t in tickets:
-        await runs.submit(t)
-    for t in tickets:
-        await until(lambda t=t: status(desk.db, t) == "awaiting_approval")  # type: ignore[misc]
-    await runs.stop()
+    try:
+        for t in tickets:
+            await runs.submit(t)
+        for t in tickets:
+            await until(lambda t=t: status(desk.db, t) == "awaiting_approval")  # type: ignore[misc]
+    finally:
+        await runs.stop()
 
 
 TETHER = [sys.executable, "-c", "from tether.cli import main; main()"]

@@ -141,11 +141,14 @@ def test_serve_with_worker_processes_and_no_process_leaves_tickets_to_tether_wor
 
 
 def test_serve_explains_a_bad_model_spec(tmp_path: Path) -> None:
+    before = signal.getsignal(signal.SIGTERM)
     result = CliRunner().invoke(
         desk_app, ["serve", "--db", str(tmp_path / "d.db"), "--model", "nope:x"]
     )
     assert result.exit_code == 2
     assert "unknown model provider 'nope'" in result.output
+    # the command's SIGTERM handler (stop as Ctrl-C does) is gone once it returns
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_the_terminal_demo_walks_through_the_seeded_tickets(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import stat
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
 
+from forked import FORK, run_forked
 from tether.errors import StateError
 from tether.state_seal import KEYS_ENV
 from tether_desk.agent import refund_agent
@@ -70,15 +70,10 @@ def test_processes_starting_at_once_share_one_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(KEYS_ENV)
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
+    out = FORK.Queue()
     path = str(tmp_path / "fresh.db")
-    procs = [ctx.Process(target=_keys_of, args=(path, out)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    keys = {out.get(timeout=10) for _ in procs}
+    assert run_forked(_keys_of, [(path, out)] * 4) == [0] * 4
+    keys = {out.get(timeout=10) for _ in range(4)}
     assert len(keys) == 1
     assert Database(sqlite_url(path)).state_keys().dumps() in keys
 
