@@ -8,6 +8,7 @@ version of the console that takes it."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,17 +34,22 @@ async def cut_under(desk: Desk, version: str, executor: str, ticket: int) -> Non
     """Run ``ticket`` under ``version`` on ``executor`` until its triage is logged, then
     stop DBOS there (its workflow stays pending under that version)."""
 
+    reached = threading.Event()
+
     async def block(name: str, _ticket: int) -> None:
         if name == "model.before:1":
+            reached.set()
             await asyncio.Event().wait()
 
     settings = DurableSettings(executor_id=executor, poll_seconds=0.05, application_version=version)
     runs = DurableDesk(desk, settings, boundary=block)
     await runs.start()
-    await runs.submit(ticket)
-    await until(lambda: status(desk.db, ticket) == "triaging")
-    await asyncio.sleep(0.3)
-    await runs.stop()
+    try:
+        await runs.submit(ticket)
+        await until(reached.is_set)
+        assert status(desk.db, ticket) == "triaging"
+    finally:
+        await runs.stop()
 
 
 async def finish_on(desk: Desk, version: str, executor: str, ticket: int) -> None:
