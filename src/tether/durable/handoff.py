@@ -134,14 +134,25 @@ def _submit_without_waiting(loop: Any) -> None:
         if target is None:
             coro.close()
             raise RuntimeError("Event loop not started")
-        asyncio.run_coroutine_threadsafe(coro, target).add_done_callback(_log_failure)
+        here = _running_loop()
+        if here is not None and here is target:  # on that loop already: no wake through its pipe
+            here.create_task(coro).add_done_callback(_log_failure)
+        else:
+            asyncio.run_coroutine_threadsafe(coro, target).add_done_callback(_log_failure)
         return None
 
     loop.submit_coroutine = submit_coroutine
     setattr(loop, _HOOKED, True)
 
 
-def _log_failure(started: concurrent.futures.Future[Any]) -> None:
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _log_failure(started: concurrent.futures.Future[Any] | asyncio.Future[Any]) -> None:
     if not started.cancelled() and started.exception() is not None:
         log.error("a claimed workflow could not start: %s", started.exception())
 
