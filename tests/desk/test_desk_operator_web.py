@@ -61,8 +61,9 @@ def test_a_stranded_run_is_shown_retried_then_decided(upgraded: tuple[Desk, int]
         assert done.status_code == 200 and "under version 2" in done.text
         wait_for(lambda: status(desk.db, ticket) == "awaiting_approval", 60)
         assert "needs attention" not in client.get(f"/staff/tickets/{ticket}").text
-        rows = list_runs(desk.runs.client, desk.db, "2")  # type: ignore[union-attr]
-        assert rows == []  # the approval waits for staff; no run waits with it
+        # the approval waits for staff; no run waits with it (the run ends just after the
+        # step that stored the approval is logged)
+        wait_for(lambda: list_runs(desk.runs.client, desk.db, "2") == [], 60)  # type: ignore[union-attr]
 
         approval = pending_approval(desk.db, ticket)
         assert approval is not None

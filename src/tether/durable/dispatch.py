@@ -54,7 +54,7 @@ at once when one frees)."""
 CLAIM_SECONDS = 10.0
 """How long a claimed run holds a place before DBOS registers it as running."""
 
-_EXPECTED_DIGEST = "7c72ee32b82541de"
+_EXPECTED_DIGEST = "1824adfb797eb12e"
 """Digest of the queue threads, the active-run registry and the enqueue and claim methods
 of DBOS 3.4.0."""
 

@@ -24,8 +24,32 @@ def source_digest(*objects: object) -> str:
     """A short digest of the source code of ``objects`` (classes, functions, methods)."""
     h = hashlib.sha256()
     for obj in objects:
-        h.update(inspect.getsource(obj).encode())  # type: ignore[arg-type]
+        h.update(_source(obj).encode())
     return h.hexdigest()[:16]
+
+
+def _source(obj: object) -> str:
+    """The source of a function or method; of a class, its name and bases, the source of
+    each of its functions and the names of its other attributes, in definition order.
+
+    Never a class's source through :func:`inspect.getsource`, which finds it with the
+    :mod:`ast` module: Python 3.11's is not safe across threads, and a traceback
+    formatted in another thread meanwhile (DBOS logging a run's failure while it
+    launches) made it fail with "AST constructor recursion depth mismatch". A
+    function's source is found from its code's first line, without :mod:`ast`."""
+    if not isinstance(obj, type):
+        return inspect.getsource(obj)  # type: ignore[arg-type]
+    parts = [f"class {obj.__qualname__}({', '.join(b.__qualname__ for b in obj.__bases__)})"]
+    for name, member in vars(obj).items():
+        if isinstance(member, staticmethod | classmethod):
+            member = member.__func__
+        elif isinstance(member, property):
+            member = member.fget
+        if inspect.isfunction(member):
+            parts.append(inspect.getsource(member))
+        elif not (name.startswith("__") and name.endswith("__")):
+            parts.append(name)
+    return "\n".join(parts)
 
 
 def require_known(digest: str, expected: str, what: str) -> None:

@@ -52,7 +52,7 @@ LOG_STAGES = frozenset(
 )
 """The step check, the step record and the workflow's outcome: one short statement each."""
 
-_EXPECTED_DIGEST = "668acf59adbfc49e"
+_EXPECTED_DIGEST = "095f5a33a5b8ce04"
 """Digest of ``dbos._outcome.Pending`` and the functions defining the stages above (3.4.0)."""
 
 

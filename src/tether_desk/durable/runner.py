@@ -187,12 +187,32 @@ class DurableDesk:
         DBOS's own loop, in its own thread, not on the caller's (the console's pages), so
         a step's synchronous work never holds a page back for its whole length."""
         install(self.desk, self.boundary)
+        self._declare_queue()
         launch(self.config())
         DBOS.register_queue(
             QUEUE,
             worker_concurrency=self.settings.concurrency,
             polling_interval_sec=self.settings.poll_seconds,
         )
+
+    def _declare_queue(self) -> None:
+        """The queue's row in the log before DBOS launches. DBOS's queue manager starts a
+        queue's thread when it finds the row, and looks for rows at launch, then once a
+        second: on a new log (a first start), a queue registered only after launch left
+        the tickets and decisions of the start's first second waiting for that look. A
+        row already there is left as it is (``DBOS.register_queue`` after launch updates
+        it, as before)."""
+        DBOS.migrate(self.url)
+        client = DBOSClient(system_database_url=self.url, application_name=APP_NAME)
+        try:
+            client.register_queue(
+                QUEUE,
+                worker_concurrency=self.settings.concurrency,
+                polling_interval_sec=self.settings.poll_seconds,
+                on_conflict="never_update",
+            )
+        finally:
+            client.destroy()
 
     async def stop(self) -> None:
         """Disconnect; runs in progress stay pending and resume at the next start. The
