@@ -23,9 +23,11 @@ def durable(
     version: str = "1",
     block_at: str | None = None,
     reached: threading.Event | None = None,
+    executor_id: str = "local",
 ) -> DurableDesk:
-    """The desk's durable runs in this process; ``block_at``: a boundary where every
-    ticket stops for good (until the process stops DBOS), setting ``reached`` there."""
+    """The desk's durable runs in this process (as ``executor_id``); ``block_at``: a
+    boundary where every ticket stops for good (until the process stops DBOS), setting
+    ``reached`` there."""
 
     async def boundary(name: str, _ticket: int) -> None:
         if name == block_at:
@@ -33,7 +35,9 @@ def durable(
                 reached.set()
             await asyncio.Event().wait()
 
-    settings = DurableSettings(poll_seconds=0.05, application_version=version)
+    settings = DurableSettings(
+        executor_id=executor_id, poll_seconds=0.05, application_version=version
+    )
     return DurableDesk(desk, settings, boundary=boundary if block_at else None)
 
 
@@ -59,15 +63,7 @@ async def stuck_in_triage(desk: Desk, version: str = "1") -> int:
     through its step (the claim, the triage and its record, the agent's turns to its
     proposal done, the approval not stored): the ticket still ``triaging``."""
     ticket = ticket_id_by_order(desk.db, "C-2210")
-    reached = threading.Event()
-    runs = durable(desk, version=version, block_at="approval.requested", reached=reached)
-    await runs.start()
-    try:
-        await runs.submit(ticket)
-        await until(reached.is_set)
-        assert status(desk.db, ticket) == "triaging"
-    finally:
-        await runs.stop()
+    await stop_at(desk, ticket, "approval.requested", "triaging", version=version)
     return ticket
 
 
@@ -76,16 +72,33 @@ async def stopped_after_its_step(desk: Desk, version: str = "1") -> int:
     step (the claim, the triage, the agent's turns to its proposal, the approval stored)
     was logged, before the workflow returned: the ticket awaits its approval."""
     ticket = ticket_id_by_order(desk.db, "C-2210")
+    await stop_at(desk, ticket, "ticket.done", "awaiting_approval", version=version)
+    return ticket
+
+
+async def stop_at(
+    desk: Desk,
+    ticket: int,
+    boundary: str,
+    expected: str,
+    *,
+    version: str = "1",
+    executor_id: str = "local",
+) -> None:
+    """Run ``ticket`` (under ``version``, as ``executor_id``) until its workflow reaches
+    ``boundary``, check that the ticket's status is ``expected`` there, then stop DBOS
+    (the workflow stays pending), whatever happened."""
     reached = threading.Event()
-    runs = durable(desk, version=version, block_at="ticket.done", reached=reached)
+    runs = durable(
+        desk, version=version, block_at=boundary, reached=reached, executor_id=executor_id
+    )
     await runs.start()
     try:
         await runs.submit(ticket)
         await until(reached.is_set)
-        assert status(desk.db, ticket) == "awaiting_approval"
+        assert status(desk.db, ticket) == expected
     finally:
         await runs.stop()
-    return ticket
 
 
 async def wait_under(desk: Desk, version: str, tickets: list[int]) -> None:

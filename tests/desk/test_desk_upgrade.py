@@ -8,12 +8,11 @@ version of the console that takes it."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 import pytest
 from dbos import DBOS
-from durable_ops import status, until, worker_start_up
+from durable_ops import status, stop_at, until, worker_start_up
 from helpers import pending_approval, refunds_by_order, staff_id, ticket_id_by_order
 from sqlalchemy import update
 from typer.testing import CliRunner
@@ -33,23 +32,7 @@ from tether_desk.seed import seed
 async def cut_under(desk: Desk, version: str, executor: str, ticket: int) -> None:
     """Run ``ticket`` under ``version`` on ``executor`` until its triage is logged, then
     stop DBOS there (its workflow stays pending under that version)."""
-
-    reached = threading.Event()
-
-    async def block(name: str, _ticket: int) -> None:
-        if name == "model.before:1":
-            reached.set()
-            await asyncio.Event().wait()
-
-    settings = DurableSettings(executor_id=executor, poll_seconds=0.05, application_version=version)
-    runs = DurableDesk(desk, settings, boundary=block)
-    await runs.start()
-    try:
-        await runs.submit(ticket)
-        await until(reached.is_set)
-        assert status(desk.db, ticket) == "triaging"
-    finally:
-        await runs.stop()
+    await stop_at(desk, ticket, "model.before:1", "triaging", version=version, executor_id=executor)
 
 
 async def finish_on(desk: Desk, version: str, executor: str, ticket: int) -> None:
