@@ -163,14 +163,7 @@ class DurableDesk:
     async def start(self) -> None:
         """Connect to the durable log; with ``process``, also launch DBOS here and take
         tickets from the queue (recovering first the runs this executor id left pending)."""
-        if self.process:
-            await asyncio.to_thread(self._launch)
-            self.processing = True
-            from tether_desk.operations.upkeep import upkeep
-
-            self._heartbeat = asyncio.create_task(upkeep(self), name="desk-upkeep")
-        else:
-            await asyncio.to_thread(DBOS.migrate, self.url)
+        await asyncio.to_thread(DBOS.migrate, self.url)
         if self.url.startswith("sqlite:"):  # the log's own settings (synchronous=NORMAL)
             self._engine = sqlite_engine(self.url)
         self._client = await asyncio.to_thread(
@@ -179,40 +172,42 @@ class DurableDesk:
             system_database_engine=self._engine,
             application_name=APP_NAME,
         )
+        if self.process:
+            try:
+                await asyncio.to_thread(self._launch)
+            except BaseException:
+                await self.stop()  # the client and its engine
+                raise
+            self.processing = True
+            from tether_desk.operations.upkeep import upkeep
+
+            self._heartbeat = asyncio.create_task(upkeep(self), name="desk-upkeep")
         tune_client(self._client)
         self._log = WorkflowLog.of_client(self._client)
 
     def _launch(self) -> None:
         """Launch DBOS from a thread without an event loop: the workflows then run on
         DBOS's own loop, in its own thread, not on the caller's (the console's pages), so
-        a step's synchronous work never holds a page back for its whole length."""
+        a step's synchronous work never holds a page back for its whole length.
+
+        The queue's row is in the log before DBOS launches: DBOS's queue manager starts a
+        queue's thread when it finds the row, and looks for rows at launch, then once a
+        second; on a new log (a first start), a queue registered only after launch left
+        the tickets and decisions of the start's first second waiting for that look. A row
+        already there is left as it is until ``DBOS.register_queue`` after launch."""
         install(self.desk, self.boundary)
-        self._declare_queue()
+        self.client.register_queue(
+            QUEUE,
+            worker_concurrency=self.settings.concurrency,
+            polling_interval_sec=self.settings.poll_seconds,
+            on_conflict="never_update",
+        )
         launch(self.config())
         DBOS.register_queue(
             QUEUE,
             worker_concurrency=self.settings.concurrency,
             polling_interval_sec=self.settings.poll_seconds,
         )
-
-    def _declare_queue(self) -> None:
-        """The queue's row in the log before DBOS launches. DBOS's queue manager starts a
-        queue's thread when it finds the row, and looks for rows at launch, then once a
-        second: on a new log (a first start), a queue registered only after launch left
-        the tickets and decisions of the start's first second waiting for that look. A
-        row already there is left as it is (``DBOS.register_queue`` after launch updates
-        it, as before)."""
-        DBOS.migrate(self.url)
-        client = DBOSClient(system_database_url=self.url, application_name=APP_NAME)
-        try:
-            client.register_queue(
-                QUEUE,
-                worker_concurrency=self.settings.concurrency,
-                polling_interval_sec=self.settings.poll_seconds,
-                on_conflict="never_update",
-            )
-        finally:
-            client.destroy()
 
     async def stop(self) -> None:
         """Disconnect; runs in progress stay pending and resume at the next start. The
