@@ -82,6 +82,15 @@ def _dbos_launched() -> bool:
     return is_launched()
 
 
+def _stop_dbos_left_running(by: str) -> None:
+    """Stop DBOS if it still runs, and fail naming ``by``, which left it running."""
+    if _dbos_launched():
+        from tether.durable.runtime import shutdown
+
+        shutdown()
+        pytest.fail(f"{by} left DBOS running (stop it in a finally or a fixture)")
+
+
 @pytest.fixture(autouse=True)
 def dbos_left_running() -> Iterator[None]:
     """A test that launches DBOS must stop it: one left running fails here, named, and is
@@ -90,22 +99,15 @@ def dbos_left_running() -> Iterator[None]:
     fixture, set up before this one, is that fixture's to stop."""
     before = _dbos_launched()
     yield
-    if not before and _dbos_launched():
-        from tether.durable.runtime import shutdown
-
-        shutdown()
-        pytest.fail("this test left DBOS running (stop it in a finally or a fixture)")
+    if not before:
+        _stop_dbos_left_running("this test")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def dbos_left_running_by_the_module() -> Iterator[None]:
     """The same check for a module's fixtures: DBOS stopped when the module ends."""
     yield
-    if _dbos_launched():
-        from tether.durable.runtime import shutdown
-
-        shutdown()
-        pytest.fail("this module's fixtures left DBOS running")
+    _stop_dbos_left_running("this module's fixtures")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
