@@ -162,6 +162,7 @@ def launch(config: DurableConfig | None = None) -> None:
         claim,
         dispatch,
         hops,
+        listener,
         messages,
         notifier,
         outcome,
@@ -176,6 +177,7 @@ def launch(config: DurableConfig | None = None) -> None:
 
     dispatch.install()
     notifier.install()
+    listener.verify()
     DBOS(config=config.dbos_config())
     DBOS.launch()
 
@@ -280,9 +282,13 @@ def shutdown(wait_seconds: int = 0) -> None:
     """Stop DBOS; runs still in progress stay pending and recover on the next launch
     (DBOS's warning for each run cancelled from then on is dropped)."""
     logging.getLogger("dbos").addFilter(_QUIET)
-    from tether.durable import wakeup
+    from dbos import _dbos
+
+    from tether.durable import listener, wakeup
 
     wakeup.uninstall()
+    if _dbos._dbos_global_instance is not None:  # not joined: it ends at its next wake-up
+        listener.release(_dbos._dbos_global_instance)
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
 
 
