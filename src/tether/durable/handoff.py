@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from tether.durable import dispatch
 from tether.durable.fence import require_known, source_digest
+from tether.durable.loops import runs_here
 
 log = logging.getLogger("tether.durable")
 T = TypeVar("T")
@@ -134,22 +135,14 @@ def _submit_without_waiting(loop: Any) -> None:
         if target is None:
             coro.close()
             raise RuntimeError("Event loop not started")
-        here = _running_loop()
-        if here is not None and here is target:  # on that loop already: no wake through its pipe
-            here.create_task(coro).add_done_callback(_log_failure)
+        if runs_here(target):  # on that loop already: no wake through its pipe
+            target.create_task(coro).add_done_callback(_log_failure)
         else:
             asyncio.run_coroutine_threadsafe(coro, target).add_done_callback(_log_failure)
         return None
 
     loop.submit_coroutine = submit_coroutine
     setattr(loop, _HOOKED, True)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _log_failure(started: concurrent.futures.Future[Any] | asyncio.Future[Any]) -> None:

@@ -54,7 +54,7 @@ def release(dbos: Any) -> threading.Thread | None:
     threads its stop joins, unless a wait is registered with it; the thread taken out,
     or ``None``."""
     sys_db: Any = dbos._sys_db_field
-    if sys_db is None or not _polls(sys_db):
+    if sys_db is None or not sys_db._is_sqlite:  # PostgreSQL's listener waits on its socket
         return None
     waits = (sys_db.notifications_map, sys_db.workflow_events_map, sys_db.streams_map)
     if any(w.snapshot() for w in waits):  # it still has a read to make for one
@@ -64,10 +64,3 @@ def release(dbos: Any) -> threading.Thread | None:
             dbos._background_threads.remove(thread)
             return thread  # type: ignore[no-any-return]
     return None
-
-
-def _polls(sys_db: object) -> bool:
-    """Whether ``sys_db`` is SQLite's, whose listener polls."""
-    from dbos._sys_db_sqlite import SQLiteSystemDatabase
-
-    return isinstance(sys_db, SQLiteSystemDatabase)

@@ -36,6 +36,7 @@ from typing import Any
 
 from tether.durable import dispatch
 from tether.durable.fence import one_statement, require_known, source_digest
+from tether.durable.loops import runs_here
 
 LOCAL_RECHECK_SECONDS = 1.0
 """How often a wait on a workflow running in this process reads the log anyway."""
@@ -198,11 +199,7 @@ def _discard(workflow_id: str, waiter: Callable[[], None]) -> None:
 
 
 def _wake_on(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
-    try:
-        here = asyncio.get_running_loop() is loop
-    except RuntimeError:  # no loop runs in the writer's thread
-        here = False
-    if here:  # the writer runs on the waiter's loop: no wake-up of it through its pipe
+    if runs_here(loop):  # the writer runs on the waiter's loop: no wake-up of it through its pipe
         loop.call_soon(_settle, woken)
         return
     with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits

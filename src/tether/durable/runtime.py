@@ -207,23 +207,25 @@ def tune_client(client: Any) -> None:
     messages.watch_client(client)
 
 
-def _dbos_system_database() -> Any:
-    """DBOS's system database object (private: read here and nowhere else)."""
+def _dbos_instance() -> Any:
+    """DBOS's instance in this process, or ``None`` (private: read here and nowhere else)."""
     from dbos import _dbos
 
-    instance = _dbos._dbos_global_instance
+    return _dbos._dbos_global_instance
+
+
+def _dbos_system_database() -> Any:
+    """DBOS's system database object (private, as above)."""
     try:
-        return instance._sys_db  # type: ignore[union-attr]
+        return _dbos_instance()._sys_db
     except AttributeError as exc:
         raise unknown_dbos(str(exc)) from exc
 
 
 def _dbos_active_runs() -> Any:
     """DBOS's registry of the runs in progress in this process (private, as above)."""
-    from dbos import _dbos
-
     try:
-        return _dbos._dbos_global_instance._active_workflows_set  # type: ignore[union-attr]
+        return _dbos_instance()._active_workflows_set
     except AttributeError as exc:
         raise unknown_dbos(str(exc)) from exc
 
@@ -256,9 +258,7 @@ def dbos_internals() -> DbosInternals | None:
     """DBOS's private state this process needs, read in this one place (``None`` when DBOS
     was never started or was destroyed). A DBOS release that renames any of it fails here,
     loudly (and ``tests/durable/test_dbos_internals.py`` says so), never silently."""
-    from dbos import _dbos
-
-    instance = _dbos._dbos_global_instance
+    instance = _dbos_instance()
     if instance is None:
         return None
     try:
@@ -282,13 +282,11 @@ def shutdown(wait_seconds: int = 0) -> None:
     """Stop DBOS; runs still in progress stay pending and recover on the next launch
     (DBOS's warning for each run cancelled from then on is dropped)."""
     logging.getLogger("dbos").addFilter(_QUIET)
-    from dbos import _dbos
-
     from tether.durable import listener, wakeup
 
     wakeup.uninstall()
-    if _dbos._dbos_global_instance is not None:  # not joined: it ends at its next wake-up
-        listener.release(_dbos._dbos_global_instance)
+    if (instance := _dbos_instance()) is not None:  # not joined: it ends at its next wake-up
+        listener.release(instance)
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
 
 
