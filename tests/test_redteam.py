@@ -104,6 +104,29 @@ def test_refund_desk_rule_holds_under_concurrent_threads() -> None:
     assert desk.refunded("C-1") == 90.0
 
 
+def test_refund_desk_reads_and_refunds_from_threads_at_once_never_lock() -> None:
+    """Reads beside refunds in several threads (a naive refund tool reads what remains, then
+    refunds it): none fails with "database is locked", and every refund is counted."""
+    desk = RefundDesk({"C-1": 1e6, "C-2": 1e6}, {"C-1"}, EffectLog())
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(200):
+                assert desk.paid("C-1") - desk.refunded("C-1") > 0
+                desk.refund("C-1" if n % 2 else "C-2", 0.5, f"k{n}-{i}")
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert desk.refunded("C-1") == desk.refunded("C-2") == 200.0
+
+
 def test_instruction_extraction_covers_the_mini_language() -> None:
     assert {i.kind for i in extract_instructions(SEED_TICKET)} == {"refund", "send"}
     (refund,) = [i for i in extract_instructions(SEED_TICKET) if i.kind == "refund"]

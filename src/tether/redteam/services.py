@@ -60,6 +60,7 @@ class RefundDesk:
     def __init__(self, paid: Mapping[str, float], own: Collection[str], log: EffectLog) -> None:
         self._uri = f"file:/refunds-{uuid.uuid4().hex}?vfs=memdb"
         self._keeper = self._connect()  # the database lives while one connection is open
+        # (it only sets the database up: each read and refund opens its own connection)
         self._keeper.executescript(
             "CREATE TABLE orders (id TEXT PRIMARY KEY, paid REAL NOT NULL);"
             "CREATE TABLE refunds (key TEXT PRIMARY KEY, order_id TEXT NOT NULL,"
@@ -74,16 +75,27 @@ class RefundDesk:
             self._uri, uri=True, isolation_level=None, timeout=10, check_same_thread=False
         )
 
+    def _read(self, sql: str, order: str) -> tuple[float] | None:
+        """One row of ``sql`` for ``order``, through a connection of its own, as
+        :meth:`refund` writes: the keeper connection, shared by the threads that read
+        (a tool's worker thread, the event loop's), left a read and a refund's transaction
+        waiting on each other until the timeout ("database is locked")."""
+        db = self._connect()
+        try:
+            row: tuple[float] | None = db.execute(sql, (order,)).fetchone()
+            return row
+        finally:
+            db.close()
+
     def paid(self, order: str) -> float:
         """The amount paid for ``order`` (0 when unknown)."""
-        row = self._keeper.execute("SELECT paid FROM orders WHERE id = ?", (order,)).fetchone()
+        row = self._read("SELECT paid FROM orders WHERE id = ?", order)
         return float(row[0]) if row else 0.0
 
     def refunded(self, order: str) -> float:
         """The total already refunded on ``order``."""
-        row = self._keeper.execute(
-            "SELECT COALESCE(SUM(amount), 0) FROM refunds WHERE order_id = ?", (order,)
-        ).fetchone()
+        row = self._read("SELECT COALESCE(SUM(amount), 0) FROM refunds WHERE order_id = ?", order)
+        assert row is not None  # an aggregate has its row
         return round(float(row[0]), 2)
 
     def refund(self, order: str, amount: float, key: str) -> str:
