@@ -167,6 +167,7 @@ def launch(config: DurableConfig | None = None) -> None:
         notifier,
         outcome,
         prepared,
+        queue_stop,
         queueconfig,
         results,
         starts,
@@ -178,6 +179,7 @@ def launch(config: DurableConfig | None = None) -> None:
     dispatch.install()
     notifier.install()
     listener.verify()
+    queue_stop.verify()
     DBOS(config=config.dbos_config())
     DBOS.launch()
 
@@ -282,11 +284,12 @@ def shutdown(wait_seconds: int = 0) -> None:
     """Stop DBOS; runs still in progress stay pending and recover on the next launch
     (DBOS's warning for each run cancelled from then on is dropped)."""
     logging.getLogger("dbos").addFilter(_QUIET)
-    from tether.durable import listener, wakeup
+    from tether.durable import listener, queue_stop, wakeup
 
     wakeup.uninstall()
-    if (instance := _dbos_instance()) is not None:  # not joined: it ends at its next wake-up
-        listener.release(instance)
+    if (instance := _dbos_instance()) is not None:
+        listener.release(instance)  # not joined: it ends at its next wake-up
+        queue_stop.settle(instance)  # a claim in flight hands its run over first
     DBOS.destroy(workflow_completion_timeout_sec=wait_seconds)
 
 
