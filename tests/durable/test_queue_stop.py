@@ -62,9 +62,9 @@ def _hold_claims(claimed: threading.Event, go_on: threading.Event) -> None:
 
 
 def test_a_run_claimed_while_dbos_stops_starts_before_its_loop_stops(
-    tmp_path: Path, dbos_errors: Records
+    log_url: str, dbos_errors: Records
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    url = log_url
     reset()
     launch(DurableConfig(url, polling_interval_seconds=0.05))
     claimed, go_on = threading.Event(), threading.Event()
