@@ -8,13 +8,22 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from dbos import DBOS, DBOSClient
 from holding import HOLD, LONG_POLL, most, reset
 
-from tether.durable import DurableConfig, dispatch, handoff, launch, shutdown_async, tune_client
+from tether.durable import (
+    DurableConfig,
+    dispatch,
+    handoff,
+    is_launched,
+    launch,
+    shutdown_async,
+    tune_client,
+)
 from tether.errors import ConfigError
 
 
@@ -86,6 +95,19 @@ def test_a_dbos_whose_queue_dispatch_changed_is_refused(monkeypatch: pytest.Monk
     try:
         with pytest.raises(ConfigError, match="does not know this DBOS"):
             handoff._verify()
+    finally:
+        handoff._verify.cache_clear()
+
+
+def test_a_changed_queue_dispatch_is_refused_at_launch_not_at_the_first_delivery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handoff._verify.cache_clear()
+    monkeypatch.setattr(handoff, "_EXPECTED_DIGEST", "0" * 16)
+    try:
+        with pytest.raises(ConfigError, match="does not know this DBOS"):
+            launch(DurableConfig(f"sqlite:///{tmp_path / 'runs.sqlite'}"))
+        assert not is_launched()
     finally:
         handoff._verify.cache_clear()
 

@@ -150,6 +150,13 @@ def _log_failure(started: concurrent.futures.Future[Any] | asyncio.Future[Any]) 
         log.error("a claimed workflow could not start: %s", started.exception())
 
 
+def verify() -> None:
+    """Refuse a DBOS whose queue dispatch is not the one :func:`start_next` reproduces;
+    called at launch, so that such a DBOS is refused before the desk serves a page, not
+    at the first decision it delivers."""
+    _verify()
+
+
 @cache
 def _verify() -> None:
     require_known(_source_digest(), _EXPECTED_DIGEST, "its queue dispatch")

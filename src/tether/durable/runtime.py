@@ -161,6 +161,7 @@ def launch(config: DurableConfig | None = None) -> None:
     from tether.durable import (
         claim,
         dispatch,
+        handoff,
         hops,
         listener,
         messages,
@@ -180,6 +181,7 @@ def launch(config: DurableConfig | None = None) -> None:
     notifier.install()
     listener.verify()
     queue_stop.verify()
+    handoff.verify()
     DBOS(config=config.dbos_config())
     DBOS.launch()
 
