@@ -152,8 +152,8 @@ def _log_failure(started: concurrent.futures.Future[Any] | asyncio.Future[Any]) 
 
 def verify() -> None:
     """Refuse a DBOS whose queue dispatch is not the one :func:`start_next` reproduces;
-    called at launch, so that such a DBOS is refused before the desk serves a page, not
-    at the first decision it delivers."""
+    called at launch, so that such a DBOS is refused when the process starts, not at the
+    first run :func:`start_next` would start."""
     _verify()
 
 
