@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +20,6 @@ from holding import hold, reset
 
 from tether.durable import DurableConfig, launch, queue_stop, shutdown
 from tether.errors import ConfigError
-
-
-class Records(logging.Handler):
-    """What DBOS logs at ERROR and above."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def dbos_errors() -> Iterator[Records]:
-    records = Records()
-    logger = logging.getLogger("dbos")
-    logger.addHandler(records)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(records)
 
 
 def _hold_claims(claimed: threading.Event, go_on: threading.Event) -> None:
@@ -62,11 +39,11 @@ def _hold_claims(claimed: threading.Event, go_on: threading.Event) -> None:
 
 
 def test_a_run_claimed_while_dbos_stops_starts_before_its_loop_stops(
-    log_url: str, dbos_errors: Records
+    log_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url = log_url
+    caplog.set_level(logging.ERROR, logger="dbos")
     reset()
-    launch(DurableConfig(url, polling_interval_seconds=0.05))
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
     claimed, go_on = threading.Event(), threading.Event()
     try:
         _hold_claims(claimed, go_on)
@@ -86,10 +63,10 @@ def test_a_run_claimed_while_dbos_stops_starts_before_its_loop_stops(
         stopper.join(60)
         gc.collect()  # a coroutine dropped unawaited warns when it is collected
     assert not stopper.is_alive()
-    assert not any("Error executing workflow" in m for m in dbos_errors.messages)
+    assert not any("Error executing workflow" in r.getMessage() for r in caplog.records)
     assert not [w for w in caught if "never awaited" in str(w.message)]
     # nothing lost either way: finished, or pending and resumed by the next launch
-    launch(DurableConfig(url, polling_interval_seconds=0.05))
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
     try:
         assert DBOS.retrieve_workflow(handle.get_workflow_id()).get_result() == "k"
     finally:

@@ -21,11 +21,11 @@ changed it is refused with :class:`~tether.errors.ConfigError`.
 
 from __future__ import annotations
 
-import asyncio
 from functools import cache
 from typing import Any
 
 from tether.durable.fence import require_known, source_digest
+from tether.durable.loops import runs_here
 
 SETTLE_SECONDS = 10.0
 """The longest a stop waits for the queue threads (DBOS's own join waits as long)."""
@@ -61,11 +61,8 @@ def settle(dbos: Any) -> bool:
     queue threads hand their runs to."""
     from dbos import _queue
 
-    try:
-        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is not None and running is dbos._background_event_loop.target_loop():
+    target = dbos._background_event_loop.target_loop()
+    if target is not None and runs_here(target):
         return False
     for event in list(dbos.background_thread_stop_events):
         event.set()
