@@ -1,7 +1,10 @@
 """A run this process enqueues starts in the enqueuer's thread while a place is free, with
 no look of the queue's thread (the queues here are polled once a minute and their doorbell
 is silenced); it never runs more than its places, a run left waiting for a place starts
-once one frees, and a DBOS whose queue dispatch changed is refused by name."""
+once one frees, and a DBOS whose queue dispatch changed is refused by name. Written
+already claimed (:func:`handoff.enqueue_now`), a run needs no claim at all; with no place
+free, or runs possibly waiting, it is only enqueued; delivered twice it runs once; and a
+process stopped between its write and its start resumes it at the next launch."""
 
 from __future__ import annotations
 
@@ -128,3 +131,137 @@ def _active() -> list[str]:
 
 def _claimed() -> list[str]:
     return [k for bell in dispatch._BELLS.values() for k in bell.claimed]
+
+
+def _claims(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queue names of every claim made on DBOS's log from now on."""
+    from dbos._dbos import _get_dbos_instance
+
+    sys_db: Any = _get_dbos_instance()._sys_db
+    made: list[str] = []
+    claim = sys_db.start_queued_workflows
+
+    def noting(queue: Any, *args: Any, **kwargs: Any) -> Any:
+        if queue.name != "_dbos_internal_queue":  # DBOS's own queue, looked at by its thread
+            made.append(queue.name)
+        return claim(queue, *args, **kwargs)
+
+    monkeypatch.setattr(sys_db, "start_queued_workflows", noting)
+    return made
+
+
+async def test_a_run_written_claimed_starts_at_once_and_needs_no_claim(
+    log_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reset()
+    queue = f"hc-{uuid.uuid4().hex[:8]}"
+    client = await _started(queue, 1, log_url)
+    monkeypatch.setattr(dispatch.Doorbell, "ring", lambda self: None)  # never woken
+    claims = _claims(monkeypatch)
+    try:
+        options: Any = {"queue_name": queue, "workflow_name": HOLD, **_version()}
+        started = time.monotonic()
+        handoff.enqueue_now(client, options, "c", 0.3)
+        (status,) = await client.list_workflows_async(queue_name=queue)
+        from dbos._utils import GlobalParams
+
+        assert status.status in ("PENDING", "SUCCESS")  # never ENQUEUED: written claimed
+        assert status.executor_id == GlobalParams.executor_id
+        assert status.app_version == GlobalParams.app_version
+        handle = await DBOS.retrieve_workflow_async(str(status.workflow_id))
+        assert await handle.get_result() == "c"
+        assert claims == []  # no claim, by this thread or the queue's
+        assert time.monotonic() - started < LONG_POLL / 4
+    finally:
+        await asyncio.to_thread(client.destroy)
+        await shutdown_async()
+
+
+async def test_with_no_place_free_or_runs_possibly_waiting_a_run_is_only_enqueued(
+    log_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    reset()
+    queue = f"hf-{uuid.uuid4().hex[:8]}"
+    client = await _started(queue, 1, log_url)
+    elsewhere = await asyncio.to_thread(
+        DBOSClient, system_database_url=f"sqlite:///{tmp_path / 'other.sqlite'}"
+    )
+    try:
+        options: Any = {"queue_name": queue, "workflow_name": HOLD, **_version()}
+        assert not handoff.enqueue_claimed(elsewhere, options, "other log", 0.0)
+        bell = dispatch.bell_of(queue)
+        assert bell is not None
+        with monkeypatch.context() as m:  # the queue's thread, idle, stays so meanwhile
+            m.setattr(dispatch.Doorbell, "ring", lambda self: None)
+            m.setattr(bell, "backlog", True)  # as after a look that filled every place
+            assert not handoff.enqueue_claimed(client, options, "early", 0.0)
+        assert await client.list_workflows_async(queue_name=queue) == []  # nothing written
+        assert handoff.enqueue_claimed(client, options, "first", 0.3)
+        assert not handoff.enqueue_claimed(client, options, "second", 0.1)  # its place taken
+        assert len(await client.list_workflows_async(queue_name=queue)) == 1  # nothing written
+        handoff.enqueue_now(client, options, "second", 0.1)  # enqueued, waits for the place
+        statuses = {w.status for w in await client.list_workflows_async(queue_name=queue)}
+        assert statuses == {"PENDING", "ENQUEUED"}
+        done = [
+            await (await DBOS.retrieve_workflow_async(w.workflow_id)).get_result()
+            for w in await client.list_workflows_async(queue_name=queue)
+        ]
+        assert sorted(done) == ["first", "second"] and most[0] == 1
+    finally:
+        await asyncio.to_thread(elsewhere.destroy)
+        await asyncio.to_thread(client.destroy)
+        await shutdown_async()
+
+
+async def test_a_run_delivered_twice_runs_once(log_url: str) -> None:
+    reset()
+    queue = f"ht-{uuid.uuid4().hex[:8]}"
+    client = await _started(queue, 2, log_url)
+    try:
+        options: Any = {
+            "queue_name": queue,
+            "workflow_name": HOLD,
+            "workflow_id": f"twice-{queue}",
+            **_version(),
+        }
+        handoff.enqueue_now(client, options, "once", 0.2)
+        assert not handoff.enqueue_claimed(client, options, "once", 0.2)  # in the log already
+        handoff.enqueue_now(client, options, "once", 0.2)
+        handle = await DBOS.retrieve_workflow_async(f"twice-{queue}")
+        assert await handle.get_result() == "once"
+        assert most[0] == 1  # one execution, never two at once
+        assert len(await client.list_workflows_async(queue_name=queue)) == 1
+    finally:
+        await asyncio.to_thread(client.destroy)
+        await shutdown_async()
+
+
+async def test_a_run_written_claimed_but_never_started_resumes_at_the_next_launch(
+    log_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a process killed between the write and the start leaves it: pending for this
+    executor, which recovers it at its next launch."""
+    reset()
+    queue = f"hk-{uuid.uuid4().hex[:8]}"
+    client = await _started(queue, 1, log_url)
+    workflow_id = f"stranded-{queue}"
+    try:
+        options: Any = {
+            "queue_name": queue,
+            "workflow_name": HOLD,
+            "workflow_id": workflow_id,
+            **_version(),
+        }
+        with monkeypatch.context() as m:
+            m.setattr(handoff, "_start", lambda *args: None)  # the process dies here
+            assert handoff.enqueue_claimed(client, options, "recovered", 0.0)
+        status = await DBOS.get_workflow_status_async(workflow_id)
+        assert status is not None and status.status == "PENDING"
+        await shutdown_async()
+        await _started(queue, 1, log_url)
+        handle = await DBOS.retrieve_workflow_async(workflow_id)
+        assert await asyncio.wait_for(handle.get_result(), LONG_POLL / 4) == "recovered"
+    finally:
+        await asyncio.to_thread(client.destroy)
+        if is_launched():
+            await shutdown_async()

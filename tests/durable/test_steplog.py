@@ -1,5 +1,6 @@
 """The step log's precompiled statements write what DBOS's own methods write, and raise
-what they raise; a DBOS whose step methods changed is refused by name."""
+what they raise; a run this process just inserted reads no log before its first step,
+any other execution does; a DBOS whose step methods changed is refused by name."""
 
 from __future__ import annotations
 
@@ -49,6 +50,13 @@ def _step(workflow_id: str, function_id: int, **over: Any) -> dict[str, Any]:
         "child_workflow_id": None,
         **over,
     }
+
+
+async def _twice_run() -> str:
+    """The id of a run of ``twice`` started here, once it has ended."""
+    handle = await DBOS.start_workflow_async(twice, 1)
+    assert await handle.get_result() == 3
+    return handle.get_workflow_id()
 
 
 def _row(sys_db: Any, workflow_id: str, function_id: int) -> dict[str, Any]:
@@ -128,9 +136,7 @@ async def test_an_owned_record_is_one_statement(log_url: str) -> None:
     launch(DurableConfig(log_url, polling_interval_seconds=0.05))
     try:
         sys_db = _sys_db()
-        handle = await DBOS.start_workflow_async(twice, 1)
-        assert await handle.get_result() == 3
-        wid = handle.get_workflow_id()
+        wid = await _twice_run()
         ws = sys_db.tables.workflow_status
         with sys_db.engine.begin() as c:  # the run held again, by an execution of its own
             c.execute(sa.update(ws).where(ws.c.workflow_uuid == wid).values(owner_xid="mine"))
@@ -144,3 +150,55 @@ async def test_an_owned_record_is_one_statement(log_url: str) -> None:
         assert sys_db.check_operation_execution(wid, 101, "steplog.add") is None
     finally:
         await shutdown_async()
+
+
+_CHECK = "LEFT JOIN"
+"""What the step check's statement holds (the status joined to the step's row)."""
+
+
+async def test_a_run_started_here_reads_no_log_before_its_first_step(log_url: str) -> None:
+    calls.clear()
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    try:
+        sys_db = _sys_db()
+        checks: list[str] = []
+
+        def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if _CHECK in statement and "operation_outputs" in statement:
+                checks.append(statement)
+
+        sa.event.listen(sys_db.engine, "before_cursor_execute", note)
+        try:
+            handle = await DBOS.start_workflow_async(twice, 1)
+            assert await handle.get_result() == 3
+        finally:
+            sa.event.remove(sys_db.engine, "before_cursor_execute", note)
+        assert calls == [1, 2]
+        assert len(checks) == 1  # the second step's: the first had nothing to find
+        assert not steplog.starting(handle.get_workflow_id())  # forgotten at that check
+    finally:
+        await shutdown_async()
+
+
+async def test_another_execution_of_a_run_inserted_here_reads_its_log(log_url: str) -> None:
+    """Known by the token its insert carried: a check from any other execution (here, from
+    outside the run, as a recovery's replay reads it) reads the log and finds the step."""
+    calls.clear()
+    launch(DurableConfig(log_url, polling_interval_seconds=0.05))
+    try:
+        sys_db = _sys_db()
+        wid = await _twice_run()
+        steplog._mark_fresh(wid, "the-first-execution")
+        logged = sys_db.check_operation_execution(wid, 1, "steplog.add")
+        assert logged is not None and logged["error"] is None  # read, not assumed empty
+        assert not steplog.starting(wid)
+    finally:
+        await shutdown_async()
+
+
+def test_runs_remembered_as_just_inserted_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(steplog, "_fresh", {})
+    for n in range(steplog.MAX_FRESH + 10):
+        steplog._mark_fresh(f"run-{n}", "token")
+    assert len(steplog._fresh) == steplog.MAX_FRESH
+    assert not steplog.starting("run-0") and steplog.starting(f"run-{steplog.MAX_FRESH + 9}")

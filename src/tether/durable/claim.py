@@ -84,7 +84,7 @@ def install(sys_db: Any) -> bool:
     return True
 
 
-def _is_plain(queue: Any, partition_key: str | None) -> bool:
+def is_plain(queue: Any, partition_key: str | None = None) -> bool:
     """A queue whose claim shares no budget with other workers or partitions."""
     return (
         partition_key is None
@@ -112,7 +112,7 @@ def _claiming(sys_db: Any) -> Callable[..., Any]:
         owner_xid: str | None = None,
         is_latest_version: bool | None = None,
     ) -> tuple[list[str], str | None]:
-        if not _is_plain(queue, queue_partition_key):
+        if not is_plain(queue, queue_partition_key):
             return stock(  # type: ignore[no-any-return]
                 queue,
                 executor_id,

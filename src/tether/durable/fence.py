@@ -5,7 +5,8 @@ Each module that reproduces or reroutes a DBOS internal (:mod:`~tether.durable.s
 :mod:`~tether.durable.hops`, :mod:`~tether.durable.queueconfig`, :mod:`~tether.durable.claim`,
 :mod:`~tether.durable.statuses`, :mod:`~tether.durable.notifier`, :mod:`~tether.durable.starts`,
 :mod:`~tether.durable.results`, :mod:`~tether.durable.listener`,
-:mod:`~tether.durable.queue_stop`) keeps a digest of the
+:mod:`~tether.durable.queue_stop`, :mod:`~tether.durable.dispatch`,
+:mod:`~tether.durable.handoff`) keeps a digest of the
 DBOS source it was written against and calls :func:`require_known` before it installs
 anything: a DBOS release that changed that source is refused, naming the installed
 version, never patched silently.

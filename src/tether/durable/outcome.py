@@ -9,6 +9,9 @@ two statements as fixed SQL text: the same transaction (SQLite's ``BEGIN IMMEDIA
 same rows, the same conditions (a PENDING row, owned by ``owner_xid`` when one is given),
 the same result (False, and no output written, when the status write did not land).
 ``update_workflow_outcome`` itself, with its retries and its default owner, stays DBOS's.
+The status update also returns the row's serialization, kept for the thread that wrote
+(:func:`landed_serialization`): :mod:`~tether.durable.results` hands the row written to
+the workflow's waiters with it, instead of their reading it back.
 
 The method's source and those it relies on are checked against the DBOS this was written
 for: :func:`install` raises :class:`ConfigError`, naming the installed DBOS, if a release
@@ -18,6 +21,7 @@ changed them (``tests/durable/test_outcome.py``).
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +41,20 @@ _CHECKED = (
 
 _EXPECTED_DIGEST = "f40c534ede06314a"
 """Digest of the methods in ``_CHECKED`` in the DBOS this reproduces (3.4.0)."""
+
+
+_written = threading.local()
+"""``row``: (workflow id, serialization) of the last outcome this thread wrote."""
+
+
+def landed_serialization(workflow_id: str) -> tuple[bool, str | None]:
+    """Whether this thread's last outcome write was ``workflow_id``'s and landed, and the
+    serialization its row holds (forgotten once asked)."""
+    row: tuple[str, str | None] | None = getattr(_written, "row", None)
+    _written.row = None
+    if row is None or row[0] != workflow_id:
+        return False, None
+    return True, row[1]
 
 
 def _source_digest() -> str:
@@ -61,12 +79,13 @@ def _statements(sys_db: Any) -> tuple[str, str, str]:
         f" updated_at={now}, completed_at={now}"
         " WHERE workflow_uuid = ? AND status = 'PENDING'"
     )
+    returning = " RETURNING serialization"
     upsert = (
         f"INSERT INTO {wo.name} (workflow_uuid, output, error) VALUES (?, ?, ?)"
         " ON CONFLICT (workflow_uuid) DO UPDATE SET output = excluded.output,"
         " error = excluded.error"
     )
-    return update, update + " AND owner_xid = ?", upsert
+    return update + returning, update + " AND owner_xid = ?" + returning, upsert
 
 
 def install(sys_db: Any) -> bool:
@@ -94,14 +113,16 @@ def _in_transaction(
         owner_xid: str | None,
     ) -> bool:
         sys_db._reject_shard_key(workflow_id, None)
+        _written.row = None
         with sys_db.engine.begin() as c:
             if owner_xid is None:
-                updated = c.exec_driver_sql(update_sql, (status, workflow_id))
+                updated = c.exec_driver_sql(update_sql, (status, workflow_id)).all()
             else:
-                updated = c.exec_driver_sql(owned_sql, (status, workflow_id, owner_xid))
-            if updated.rowcount == 0:
+                updated = c.exec_driver_sql(owned_sql, (status, workflow_id, owner_xid)).all()
+            if not updated:
                 return False  # the outcome was not ours to write: no orphan output
             c.exec_driver_sql(upsert_sql, (workflow_id, output, error))
-            return True
+        _written.row = (workflow_id, updated[0][0])  # committed
+        return True
 
     return _update_workflow_outcome_in_transaction

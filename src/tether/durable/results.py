@@ -10,10 +10,19 @@ the CPU from the run it waits on.
 system database wait for this process's outcome write instead: ``update_workflow_outcome``
 wakes every waiter of that workflow once its write has landed, and the waiter reads the
 result at once (on a SQLite log in its own thread: a local read costs less than a hop).
-While the workflow runs here (or is claimed to), the log is read again at most every
-:data:`LOCAL_RECHECK_SECONDS` (or the caller's interval if longer): an outcome written
-by another process, a cancel, is seen that late at worst. A workflow
-that does not run here is polled as the caller asked.
+While the workflow runs here (or is claimed to, or was just inserted to start here), the
+log is read again at most every :data:`LOCAL_RECHECK_SECONDS` (or the caller's interval
+if longer): an outcome written by another process, a cancel, is seen that late at worst.
+A workflow that does not run here is polled as the caller asked.
+
+Two reads are spared where this process knows the answer. A wait that begins while the
+workflow runs here and before its outcome landed here does not read first (there is
+nothing to read yet; the outcome's write wakes it, and outcomes that landed are
+remembered, :data:`MAX_LANDED` of them, so a wait begun just after one still reads).
+And on a SQLite log, whose outcome write returns the row's serialization
+(:mod:`~tether.durable.outcome`), the write hands its waiters the row it wrote (status,
+output, error, serialization): DBOS's ``check_workflow_result`` interprets that row as it
+would the one it reads, without the read.
 
 Each read is DBOS's (``check_workflow_result``: the same row, the same interpretation),
 but its statement (``_read_workflow_result_row``) is built once per system database
@@ -34,7 +43,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from tether.durable import dispatch
+from tether.durable import dispatch, outcome, steplog
 from tether.durable.fence import one_statement, require_known, source_digest
 from tether.durable.loops import runs_here
 
@@ -51,9 +60,19 @@ read :func:`_built_once` reproduces)."""
 
 _HOOKED = "_tether_results"
 
+MAX_LANDED = 4096
+"""How many outcomes that landed in this process are remembered (the oldest go first)."""
+
+Row = tuple[Any, ...]
+"""A workflow's result row as DBOS reads it: status, output, error, serialization."""
+
 _lock = threading.Lock()
-_waiters: dict[str, list[Callable[[], None]]] = {}
-"""Per workflow id, what wakes each of its waiters."""
+_waiters: dict[str, list[Callable[[Row | None], None]]] = {}
+"""Per workflow id, what wakes each of its waiters (with the row written, if known)."""
+_landed: dict[str, None] = {}
+"""Workflows whose outcome landed in this process, most recent last."""
+_given = threading.local()
+"""``rows``: a row to answer the next read of a workflow's result in this thread with."""
 
 
 def _source_digest() -> str:
@@ -98,6 +117,9 @@ def _built_once(sys_db: Any) -> Callable[[str], Any]:
     connect = one_statement(sys_db)
 
     def _read_workflow_result_row(workflow_id: str) -> Any:
+        given: dict[str, Row] | None = getattr(_given, "rows", None)
+        if given and workflow_id in given:  # the row its outcome's write wrote
+            return given.pop(workflow_id)
         sys_db._reject_shard_key(workflow_id, None)  # as DBOS's ``_wf``
         with sys_db.poll_limiter, connect() as c:
             return c.execute(statement, {"tether_wf_id": workflow_id}).fetchone()
@@ -112,6 +134,8 @@ def install(sys_db: Any, active: Any) -> None:
     require_known(_source_digest(), _EXPECTED_DIGEST, "its wait for a workflow's result")
     if getattr(sys_db, _HOOKED, False):
         return
+    with _lock:  # what landed on an earlier launch's log is not this one's
+        _landed.clear()
     setattr(sys_db, _HOOKED, True)
     if not sys_db.sharded:  # a sharded log's rows are found by their shard key too
         require_known(_read_digest(), _READ_DIGEST, "its read of a workflow's result")
@@ -119,55 +143,86 @@ def install(sys_db: Any, active: Any) -> None:
     write, check = sys_db.update_workflow_outcome, sys_db.check_workflow_result
     inline = sys_db.engine.dialect.name == "sqlite"
 
-    def update_workflow_outcome(workflow_id: str, *args: Any, **kwargs: Any) -> bool:
-        landed: bool = write(workflow_id, *args, **kwargs)
+    def update_workflow_outcome(workflow_id: str, status: str, *args: Any, **kwargs: Any) -> bool:
+        landed: bool = write(workflow_id, status, *args, **kwargs)
         if landed:
-            wake(workflow_id)
+            known, serialization = outcome.landed_serialization(workflow_id)
+            row = (status, kwargs.get("output"), kwargs.get("error"), serialization)
+            wake(workflow_id, row if known else None)
         return landed
 
     def here(workflow_id: str) -> bool:
-        return workflow_id in active.activeList() or dispatch.is_claimed(workflow_id)
+        return (
+            workflow_id in active.activeList()
+            or dispatch.is_claimed(workflow_id)
+            or steplog.starting(workflow_id)
+        )
 
     def interval(workflow_id: str, polling: float) -> float:
         return max(polling, LOCAL_RECHECK_SECONDS) if here(workflow_id) else polling
 
+    def waiting(workflow_id: str, waiter: Callable[[Row | None], None]) -> bool:
+        """Add ``waiter``; whether the log has nothing to read yet (the workflow runs
+        here and its outcome has not landed here: its write will wake the waiter)."""
+        with _lock:
+            _waiters.setdefault(workflow_id, []).append(waiter)
+            return workflow_id not in _landed and here(workflow_id)
+
+    def answer(workflow_id: str, row: Row, fail_if_missing: bool) -> Any:
+        """DBOS's interpretation of ``row``, the one the outcome's write wrote."""
+        _given.rows = {workflow_id: row}
+        try:
+            return check(workflow_id, fail_if_missing=fail_if_missing)
+        finally:
+            _given.rows = None
+
     def await_workflow_result(
         workflow_id: str, polling_interval: float, *, fail_if_missing: bool = False
     ) -> Any:
+        unread = True
         while True:
-            woken = threading.Event()
-            _add(workflow_id, woken.set)
+            woken = _Woken()
             try:
-                result = check(workflow_id, fail_if_missing=fail_if_missing)
-                if not _no_result(result):
-                    return result
+                if not (waiting(workflow_id, woken.wake) and unread):
+                    result = check(workflow_id, fail_if_missing=fail_if_missing)
+                    if not _no_result(result):
+                        return result
+                unread = False
                 woken.wait(interval(workflow_id, polling_interval))
+                if woken.row is not None:
+                    return answer(workflow_id, woken.row, fail_if_missing)
             finally:
-                _discard(workflow_id, woken.set)
+                _discard(workflow_id, woken.wake)
 
     async def await_workflow_result_async(
         workflow_id: str, polling_interval: float, *, fail_if_missing: bool = False
     ) -> Any:
         loop = asyncio.get_running_loop()
+        unread = True
         while True:
-            woken: asyncio.Future[None] = loop.create_future()
+            woken: asyncio.Future[Row | None] = loop.create_future()
             wake_here = partial(_wake_on, loop, woken)
-            _add(workflow_id, wake_here)
             try:
-                if inline:  # one read of a local file: a thread hop would cost more
-                    result = check(workflow_id, fail_if_missing=fail_if_missing)
-                else:
-                    result = await asyncio.to_thread(
-                        check, workflow_id, fail_if_missing=fail_if_missing
-                    )
-                if not _no_result(result):
-                    return result
+                if not (waiting(workflow_id, wake_here) and unread):
+                    if inline:  # one read of a local file: a thread hop would cost more
+                        result = check(workflow_id, fail_if_missing=fail_if_missing)
+                    else:
+                        result = await asyncio.to_thread(
+                            check, workflow_id, fail_if_missing=fail_if_missing
+                        )
+                    if not _no_result(result):
+                        return result
+                unread = False
                 # the outcome's wake or the recheck's timer settles the one future
-                timer = loop.call_later(interval(workflow_id, polling_interval), _settle, woken)
+                timer = loop.call_later(
+                    interval(workflow_id, polling_interval), _settle, woken, None
+                )
                 try:
-                    await woken
+                    row = await woken
                 finally:
                     timer.cancel()
+                if row is not None:
+                    return answer(workflow_id, row, fail_if_missing)
             finally:
                 _discard(workflow_id, wake_here)
 
@@ -176,20 +231,32 @@ def install(sys_db: Any, active: Any) -> None:
     sys_db.await_workflow_result_async = await_workflow_result_async
 
 
-def wake(workflow_id: str) -> None:
-    """Wake every waiter of ``workflow_id`` in this process (its outcome is written)."""
+class _Woken(threading.Event):
+    """A thread's wait for a workflow's outcome, with the row written if it is known."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row: Row | None = None
+
+    def wake(self, row: Row | None) -> None:
+        self.row = row
+        self.set()
+
+
+def wake(workflow_id: str, row: Row | None = None) -> None:
+    """Wake every waiter of ``workflow_id`` in this process (its outcome is written:
+    ``row``, if known, is what was written)."""
     with _lock:
         woken = _waiters.pop(workflow_id, ())
+        _landed.pop(workflow_id, None)
+        while len(_landed) >= MAX_LANDED:
+            del _landed[next(iter(_landed))]
+        _landed[workflow_id] = None
     for w in woken:
-        w()
+        w(row)
 
 
-def _add(workflow_id: str, waiter: Callable[[], None]) -> None:
-    with _lock:
-        _waiters.setdefault(workflow_id, []).append(waiter)
-
-
-def _discard(workflow_id: str, waiter: Callable[[], None]) -> None:
+def _discard(workflow_id: str, waiter: Callable[[Row | None], None]) -> None:
     with _lock:
         waiting = _waiters.get(workflow_id)
         if waiting is not None and waiter in waiting:
@@ -198,17 +265,19 @@ def _discard(workflow_id: str, waiter: Callable[[], None]) -> None:
                 del _waiters[workflow_id]
 
 
-def _wake_on(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+def _wake_on(
+    loop: asyncio.AbstractEventLoop, woken: asyncio.Future[Row | None], row: Row | None
+) -> None:
     if runs_here(loop):  # the writer runs on the waiter's loop: no wake-up of it through its pipe
-        loop.call_soon(_settle, woken)
+        loop.call_soon(_settle, woken, row)
         return
     with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
-        loop.call_soon_threadsafe(_settle, woken)
+        loop.call_soon_threadsafe(_settle, woken, row)
 
 
-def _settle(woken: asyncio.Future[None]) -> None:
+def _settle(woken: asyncio.Future[Row | None], row: Row | None) -> None:
     if not woken.done():
-        woken.set_result(None)
+        woken.set_result(row)
 
 
 def _no_result(result: Any) -> bool:

@@ -13,6 +13,16 @@ owned record (the run's owner checked) is one statement on both databases (an
 ``INSERT ... SELECT`` from the run's row where the owner is the caller's): SQLite takes
 its write lock at that statement as it took it at the owner check before.
 
+A run's first check after this process inserted its row (a direct start, or a run written
+claimed by :func:`~tether.durable.handoff.enqueue_claimed`) reads nothing: the insert
+carried a new token that owns the run's first execution, only the owner logs a step, and
+nothing is logged before the first step's check. The check knows the run by that token
+(:func:`_mark_fresh`): any later execution of the same run (recovered after a crash, put
+back on its queue, resumed) holds another token and reads the log. That execution's first
+step then starts without the status read: a cancel written between the run's start and
+its first step is seen at the step's record (the run is no longer its owner's) or at the
+next check, as a cancel written during the step is.
+
 It relies on DBOS's private methods, checked in one place: :func:`install` compares their
 source with the one this module was written against and raises :class:`ConfigError`,
 naming the installed DBOS, if a release changed any of them
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +41,8 @@ from typing import Any
 from tether.durable.fence import one_statement, require_known, source_digest
 
 _CHECKED = (
+    "init_workflow",
+    "_insert_workflow_status",
     "check_operation_execution",
     "_check_operation_execution_txn",
     "record_operation_result",
@@ -45,7 +58,7 @@ _CHECKED = (
 )
 """The SystemDatabase methods whose behaviour the replacements reproduce."""
 
-_EXPECTED_DIGEST = "c31ccd7e4dbdc71c"
+_EXPECTED_DIGEST = "16c20cbca167b48e"
 """Digest of the methods in ``_CHECKED`` in the DBOS these replacements reproduce (3.4.0)."""
 
 
@@ -155,7 +168,58 @@ def install(sys_db: Any) -> bool:
     check_sql, insert_sql, owned_sql = _statements(sys_db)
     sys_db.check_operation_execution = _check(sys_db, check_sql)
     sys_db.record_operation_result = _record(sys_db, insert_sql, owned_sql)
+    sys_db.init_workflow = _noting_inserts(sys_db.init_workflow)
+    with _fresh_lock:  # runs of an earlier launch's log are not this one's
+        _fresh.clear()
     return True
+
+
+MAX_FRESH = 4096
+"""The most runs remembered as just inserted and not yet checked (the oldest go first:
+their first check then reads the log, as any check does)."""
+
+_fresh: dict[str, str] = {}
+"""Runs this process inserted, with the token of their first execution, until their
+first check."""
+_fresh_lock = threading.Lock()
+
+
+def _noting_inserts(init: Callable[..., Any]) -> Callable[..., Any]:
+    """``init_workflow`` noting each run it inserted to start at once (PENDING, carrying
+    the caller's new token: DBOS's ``should_execute``)."""
+
+    def init_workflow(status: Any, *args: Any, **kwargs: Any) -> Any:
+        written, started_here = init(status, *args, **kwargs)
+        token = kwargs.get("creator_xid")
+        if started_here and token is not None and written == status["status"] == "PENDING":
+            _mark_fresh(status["workflow_uuid"], token)
+        return written, started_here
+
+    return init_workflow
+
+
+def _mark_fresh(workflow_id: str, token: str) -> None:
+    """Say that ``workflow_id``'s execution owned by ``token`` has logged nothing yet."""
+    with _fresh_lock:
+        while len(_fresh) >= MAX_FRESH:
+            del _fresh[next(iter(_fresh))]
+        _fresh[workflow_id] = token
+
+
+def starting(workflow_id: str) -> bool:
+    """Whether this process inserted ``workflow_id`` to start it at once and its first
+    execution has not checked a step yet (it may not run yet)."""
+    return workflow_id in _fresh
+
+
+def _first_of_fresh(workflow_id: str) -> bool:
+    """Whether this check is the first of an execution that has logged nothing: the run's
+    inserted token is the calling execution's (forgotten either way)."""
+    from dbos._context import current_owner_xid
+
+    with _fresh_lock:
+        token = _fresh.pop(workflow_id, None)
+    return token is not None and token == current_owner_xid(workflow_id)
 
 
 def _check(sys_db: Any, sql: str) -> Callable[..., Any]:
@@ -169,6 +233,8 @@ def _check(sys_db: Any, sql: str) -> Callable[..., Any]:
     def check_operation_execution(
         workflow_id: str, function_id: int, function_name: str, *, owner_key: str | None = None
     ) -> dict[str, Any] | None:
+        if _fresh and _first_of_fresh(workflow_id):
+            return None  # nothing logged yet: see the module
         with sys_db._own_key(workflow_id, key=owner_key), connect() as c:
             sys_db._reject_shard_key(workflow_id, None)
             row = c.exec_driver_sql(sql, {"w": workflow_id, "f": function_id}).first()

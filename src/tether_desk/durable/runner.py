@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from tether.durable import (
     shutdown_async,
 )
 from tether.durable.codec import decisions_to_json
-from tether.durable.handoff import enqueue_and_start
+from tether.durable.handoff import enqueue_now
 from tether.durable.runtime import sqlite_engine, tune_client
 from tether.durable.status import WorkflowLog
 from tether.errors import ConfigError
@@ -328,7 +327,7 @@ class DurableDesk:
         options = self._options(FINISH_WORKFLOW, finish_id(decision.run_id, decision.call_id))
         args = (options, ticket, decision.run_id, decision.call_id)
         if self.inline and self.processing:  # a place free here: it starts now
-            enqueue_and_start(QUEUE, partial(self.client.enqueue, *args))
+            enqueue_now(self.client, *args)
         elif self.inline:  # one short transaction on the log: a thread hop would cost more
             self.client.enqueue(*args)
         else:
