@@ -92,9 +92,12 @@ async def test_no_queue_thread_here_means_no_start() -> None:
     assert handoff.start_next("no-such-queue") is None
 
 
-def test_a_dbos_whose_queue_dispatch_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("digest", ["_EXPECTED_DIGEST", "_INSERT_DIGEST"])
+def test_a_dbos_whose_queue_dispatch_or_enqueue_changed_is_refused(
+    monkeypatch: pytest.MonkeyPatch, digest: str
+) -> None:
     handoff._verify.cache_clear()
-    monkeypatch.setattr(handoff, "_EXPECTED_DIGEST", "0" * 16)
+    monkeypatch.setattr(handoff, digest, "0" * 16)
     try:
         with pytest.raises(ConfigError, match="does not know this DBOS"):
             handoff._verify()

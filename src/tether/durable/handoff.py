@@ -111,6 +111,8 @@ def enqueue_claimed(client: Any, options: Mapping[str, Any], *args: Any) -> bool
         return False
     if client._sys_db.engine.url != dbos._sys_db.engine.url:  # another log than this worker's
         return False
+    if bell.backlog or bell.full():  # the caller enqueues: its inputs are not built twice
+        return False
     from dbos._utils import GlobalParams, generate_uuid
 
     workflow_id, status = client._build_enqueue_status(options, *args)
@@ -118,7 +120,7 @@ def enqueue_claimed(client: Any, options: Mapping[str, Any], *args: Any) -> bool
         return False
     _verify()
     with bell.claiming:  # as a claim: one at a time, counting the places the others took
-        if bell.backlog or bell.full():
+        if bell.backlog or bell.full():  # again: another claim may have taken the place
             return False
         owner = generate_uuid()
         status["status"] = "PENDING"  # what DBOS's claim writes, and its insert for PENDING
